@@ -1,0 +1,66 @@
+"""Every RADIANCE_* environment knob, in one table.
+
+The README's knob table is checked against this one (tests/test_docs.py), and the launcher's
+compile-cache key is derived from the `graph` column: a knob that changes what vLLM/inductor
+traces must key the cache, or a warm cache replays a graph built for other code.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    default: str | None
+    graph: bool  # changes the compiled graph -> part of the compile-cache key
+    doc: str
+    suffix: str = ""  # cache-key suffix used when a graph knob is set away from its default
+
+
+KNOBS: dict[str, Knob] = {
+    k.name: k
+    for k in [
+        Knob("RADIANCE_HOME", "~/.cache/radiance", False,
+             "Root of everything radiance downloads or builds: models, pip cache, kernel and compile caches, state files."),
+        Knob("RADIANCE_STACKS", None, False,
+             "Stack file used when `--stacks` is not given (default: `$RADIANCE_HOME/stacks.yaml`, else the bundled example)."),
+        Knob("RADIANCE_PQ_SKIP", None, False,
+             "Extra comma-separated regexes of module names left unquantized (bf16), on top of the checkpoint's own list."),
+        Knob("RADIANCE_PQ_CHECKALL", None, False,
+             '`"N:K,N:K"`: compare the kernel path with the exact fp32 dequant reference on those shapes and log rel error per call. Eval mode only (needs eager).'),
+        Knob("RADIANCE_PQ_CHECK_MAX_M", "128", False,
+             "Row cap for `RADIANCE_PQ_CHECKALL` comparisons."),
+        Knob("RADIANCE_PQ_DECODE_MAX_M", "64", False,
+             "Top of the decode (split-K GEMV) band. Must cover `max_num_seqs x (SPEC+1)` rows."),
+        Knob("RADIANCE_PQ2_KERNELS", "tuned", False,
+             "Ternary kernel set: `tuned` (fastest), `exact` (only paths bit-identical to legacy), `legacy` (simplest correct kernels)."),
+    ]
+}
+
+
+def knob(name: str) -> str | None:
+    """Current value of a knob: the environment, else its default. Unknown names are a bug."""
+    if name not in KNOBS:
+        raise KeyError(f"{name} is not a radiance knob; add it to radiance/knobs.py and the README table")
+    return os.environ.get(name, KNOBS[name].default)
+
+
+def knob_int(name: str) -> int:
+    raw = knob(name)
+    try:
+        return int(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={raw!r} is not an integer; unset it or give a whole number") from None
+
+
+def graph_suffix(env: dict[str, str] | None = None) -> str:
+    """Cache-key suffix from the graph-changing knobs set away from their defaults."""
+    env = os.environ if env is None else env
+    parts = []
+    for k in sorted(KNOBS.values(), key=lambda k: k.name):
+        if k.graph and k.name in env and env[k.name] != (k.default or ""):
+            parts.append(k.suffix or f"-{k.name.removeprefix('RADIANCE_').lower()}={env[k.name]}")
+    return "".join(parts)
