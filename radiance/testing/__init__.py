@@ -1,0 +1,1 @@
+"""pytest fixtures shared across packages (loaded by the root conftest.py)."""
