@@ -1,31 +1,16 @@
-"""Test tiers (unit / integration / gpu) and the rule for missing tools.
+"""Test tiers: unmarked tests are `unit`; `gpu` tests skip without CUDA.
 
-A test that needs a tool this machine lacks (podman, clang-19, prometheus, a GPU) is skipped
-with the reason on a developer's machine, and fails under CI (CI=true or RADIANCE_REQUIRE_ALL=1),
-where .ci/run installs everything: a skip there would hide a broken install step.
+Missing system tools: radiance.testing.tools.require_tool (skip here, fail under CI).
 """
 
 from __future__ import annotations
-
-import os
-import shutil
 
 import pytest
 
 TIERS = ("unit", "integration", "gpu")
 
-
-def _strict() -> bool:
-    return os.environ.get("CI") == "true" or os.environ.get("RADIANCE_REQUIRE_ALL") == "1"
-
-
-def require_tool(*names: str) -> None:
-    missing = [n for n in names if shutil.which(n) is None]
-    if missing:
-        msg = f"needs {', '.join(missing)} on PATH (.ci/run installs it)"
-        if _strict():
-            pytest.fail(msg)
-        pytest.skip(msg)
+# Shared fixture modules; each package helper adds its own line here.
+pytest_plugins: list[str] = []
 
 
 def _has_cuda() -> bool:

@@ -9,6 +9,11 @@ from radiance import __version__
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="radiance: quantized LLM serving with vLLM")
 
 
+@app.callback()
+def _root() -> None:
+    """radiance: quantized LLM serving with vLLM."""
+
+
 @app.command()
 def version() -> None:
     """Print the radiance version."""

@@ -27,6 +27,8 @@ KNOBS: dict[str, Knob] = {
              "Root of everything radiance downloads or builds: models, pip cache, kernel and compile caches, state files."),
         Knob("RADIANCE_STACKS", None, False,
              "Stack file used when `--stacks` is not given (default: `$RADIANCE_HOME/stacks.yaml`, else the bundled example)."),
+        Knob("RADIANCE_REQUIRE_ALL", None, False,
+             "`1`: tests that need a missing system tool fail instead of skipping (`.ci/run` sets it; so does `CI=true`)."),
         Knob("RADIANCE_PQ_SKIP", None, False,
              "Extra comma-separated regexes of module names left unquantized (bf16), on top of the checkpoint's own list."),
         Knob("RADIANCE_PQ_CHECKALL", None, False,
