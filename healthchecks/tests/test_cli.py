@@ -1,0 +1,60 @@
+"""`radiance probe` as podman's HEALTHCHECK and systemd run it: a real subprocess, exit code + one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import os
+import threading
+from pathlib import Path
+
+from radiance.healthchecks import state
+from radiance.testing.tools import require
+
+
+# The console script the units and podman's HealthCmd run (installed beside this interpreter).
+RADIANCE = Path(sys.executable).with_name("radiance")
+
+
+def _probe(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    require(RADIANCE.exists(), f"{RADIANCE} missing: install radiance into this environment (pip install -e .)")
+    return subprocess.run([str(RADIANCE), "probe", *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_probe_exit_codes(openai_server, free_port):
+    up = openai_server()
+    r = _probe("ready", "--url", up.url, "--model", "demo", "--timeout", "5")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("\n") == 1 and r.stdout.startswith("ready:")
+
+    starting = openai_server(health=503)
+    r = _probe("live", "--url", starting.url)
+    assert r.returncode == 1 and "answered 503" in r.stdout
+
+    r = _probe("ready", "--url", f"http://127.0.0.1:{free_port()}", "--timeout", "2")
+    assert r.returncode == 1 and r.stdout.startswith("down:")
+
+    r = _probe("live", "--url", "127.0.0.1:8000")
+    assert r.returncode == 2 and "must start with http" in r.stderr
+
+
+def test_wait_with_stack_records_ready(openai_server, tmp_path):
+    s = openai_server(health=503)
+    threading.Timer(1.0, lambda: setattr(s.behaviour, "health", 200)).start()
+    env = os.environ | {"RADIANCE_HOME": str(tmp_path)}
+    r = _probe("ready", "--url", s.url, "--wait", "20", "--interval", "0.3", "--timeout", "3", "--stack", "demo",
+               env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rec = state.read_state("ready", "demo", root=tmp_path / "state")
+    assert rec["stack"] == "demo" and 0 < rec["waited_s"] < 20
+
+
+def test_wait_gives_up_with_exit_1(openai_server):
+    s = openai_server(health=503)
+    r = _probe("ready", "--url", s.url, "--wait", "1", "--interval", "0.3")
+    assert r.returncode == 1 and "startup window of 1s ran out" in r.stdout
+
+
+def test_stack_without_wait_is_a_usage_error(openai_server):
+    r = _probe("ready", "--url", "http://127.0.0.1:1", "--stack", "demo")
+    assert r.returncode == 2 and "needs --wait" in r.stderr

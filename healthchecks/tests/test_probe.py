@@ -1,0 +1,100 @@
+"""Probes against real HTTP servers in each state a vLLM server passes through."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from radiance.healthchecks import probe
+
+
+def test_down_server_is_neither_live_nor_ready(free_port):
+    url = f"http://127.0.0.1:{free_port()}"
+    r = probe.live(url, timeout=2)
+    assert not r.ok and r.reason.startswith("down: cannot connect to")
+    r = probe.ready(url, "demo", timeout=2)
+    assert not r.ok and r.reason.startswith("down:")
+
+
+def test_starting_server_503_is_not_live(openai_server):
+    s = openai_server(health=503)
+    r = probe.live(s.url, timeout=2)
+    assert not r.ok
+    assert "answered 503" in r.reason
+    r = probe.ready(s.url, "demo", timeout=2)
+    assert not r.ok and "answered 503" in r.reason
+    # ready stops at the first failing step: no model list, no completion asked of a dead engine
+    assert s.behaviour.requests[-1] == "GET /health"
+
+
+def test_live_but_model_not_listed_is_not_ready(openai_server):
+    s = openai_server(models=["other"])
+    assert probe.live(s.url, timeout=2).ok
+    r = probe.ready(s.url, "demo", timeout=2)
+    assert not r.ok
+    assert "lists ['other'], not 'demo'" in r.reason
+
+
+def test_live_but_completion_fails_is_not_ready(openai_server):
+    s = openai_server(completion_status=500)
+    assert probe.live(s.url, timeout=2).ok
+    r = probe.ready(s.url, "demo", timeout=2)
+    assert not r.ok and "answered 500" in r.reason
+
+
+def test_live_but_completion_too_slow_is_not_ready_within_timeout(openai_server):
+    s = openai_server(completion_delay_s=3)
+    t0 = time.monotonic()
+    r = probe.ready(s.url, "demo", timeout=0.8)
+    took = time.monotonic() - t0
+    assert not r.ok and "took longer than 0.8s" in r.reason
+    assert took < 2.0, f"the probe must respect its own deadline, took {took:.1f}s"
+
+
+def test_ready_server(openai_server):
+    s = openai_server()
+    r = probe.ready(s.url, "demo", timeout=5)
+    assert r.ok, r.reason
+    assert r.reason.startswith("ready: 'demo'")
+    assert 0 < r.latency_s < 5
+    assert s.behaviour.requests == ["GET /health", "GET /v1/models", "POST /v1/completions"]
+
+
+def test_ready_without_model_probes_the_listed_one(openai_server):
+    s = openai_server(models=["qwen"])
+    assert probe.ready(s.url, None, timeout=5).ok
+    empty = openai_server(models=[])
+    r = probe.ready(empty.url, None, timeout=5)
+    assert not r.ok and "lists no model" in r.reason
+
+
+def test_wait_ready_passes_once_the_server_finishes_starting(openai_server):
+    s = openai_server(health=503)
+    threading.Timer(1.0, lambda: setattr(s.behaviour, "health", 200)).start()
+    seen = []
+    r = probe.wait_ready(s.url, "demo", startup_s=10, interval_s=0.2, timeout=2, on_attempt=seen.append)
+    assert r.ok, r.reason
+    assert any(not a.ok for a in seen), "the first attempts saw the 503"
+    assert 0.9 < r.latency_s < 5
+
+
+def test_wait_ready_gives_up_when_the_startup_window_closes(openai_server):
+    s = openai_server(health=503)
+    t0 = time.monotonic()
+    r = probe.wait_ready(s.url, "demo", startup_s=1.0, interval_s=0.3, timeout=2)
+    assert not r.ok
+    assert "startup window of 1s ran out" in r.reason and "503" in r.reason
+    assert time.monotonic() - t0 < 2.5
+
+
+@pytest.mark.parametrize("bad", ["localhost:8000", "ftp://x"])
+def test_bad_url_is_a_clear_error(bad):
+    with pytest.raises(ValueError, match="must start with http"):
+        probe.live(bad)
+
+
+def test_nonpositive_timeout_is_refused():
+    with pytest.raises(ValueError, match="timeout must be > 0"):
+        probe.live("http://127.0.0.1:1", timeout=0)
