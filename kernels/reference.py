@@ -1,0 +1,223 @@
+"""Exact torch numerics: the CPU compute path and the judge of every kernel.
+
+Imports only torch (and the format modules). Works on CPU and CUDA, in float32 and float64;
+bf16/fp16 inputs are computed in float32 and returned in their own dtype.
+
+paroquant (DESIGN.md "Formats"; convention checked against z-lab's paroquant code)::
+
+    y = x W^T = ((x * channel_scales) R^T) dequant(Q)^T
+
+`rotate` multiplies the activations by `channel_scales` (stored pre-inverted), then applies the
+Givens layers forward, r = 0 .. krot-1. In layer r, group g, pair p (0..63):
+
+    i = g*128 + pairs[r, g*128 + 2p],  j = g*128 + pairs[r, g*128 + 2p + 1]
+    c, s = cos(theta[r, g*64 + p]), sin(theta[r, g*64 + p])   (in the compute dtype)
+    x_i' = c*x_i + s*x_j
+    x_j' = c*x_j - s*x_i
+
+A layer's 64 pairs partition its group, so the pairs of one layer commute and are applied at once.
+To quantize a dense W so that the identity holds, quantize `rotate(W / channel_scales)` row-wise
+(the same forward sweep applied to the rows of W with the scales inverted).
+
+pq2 (ternary)::
+
+    y[m, n] = sum_g a[m, g] * d[n, g] * (dot(codes[n, g, :], q[m, g, :]) - sum(q[m, g, :]))
+
+with codes 0/1/2 (= -1/0/+1 plus one), q the int8 per-128-group activation codes and a their
+scales (`quant_int8_group`). Integer parts are exact (|dot| <= 2*127*128 < 2^24).
+
+Activation quantizers (fp32 arithmetic, what the kernels must reproduce):
+- int8 per group:   a = amax/127, q = clamp(round_half_even(x / a), -127, 127); a = 0 -> q = 0
+- fp8 e4m3 per group / per token: a = amax/448, q = e4m3(clamp(x / a, -448, 448)) (RNE); a = 0 -> q = 0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors, unpack_awq
+from radiance.kernels.formats.pq2 import Pq2Tensors, unpack_ternary
+
+INT8_MAX = 127.0
+FP8_E4M3_MAX = 448.0
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
+# ----------------------------------------------------------------------------- paroquant
+def dequant_paroquant(
+    qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
+    group_size: int = GROUP_SIZE, dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """AWQ-packed asymmetric int4 -> dense W [N, K] in `dtype`: (q - z) * s per (group, column)."""
+    q = unpack_awq(qweight).to(dtype)  # [K, N]
+    z = unpack_awq(qzeros).to(dtype).repeat_interleave(group_size, dim=0)
+    s = scales.to(dtype).repeat_interleave(group_size, dim=0)
+    return ((q - z) * s).t().contiguous()
+
+
+@dataclass
+class RotationPlan:
+    """Global pair indices and cos/sin per layer, precomputed once per linear (reuse per call)."""
+
+    i: torch.Tensor  # [krot, K/2] int64, global channel index of each pair's first element
+    j: torch.Tensor  # [krot, K/2] int64
+    cos: torch.Tensor  # [krot, K/2]
+    sin: torch.Tensor  # [krot, K/2]
+
+    @property
+    def krot(self) -> int:
+        return int(self.i.shape[0])
+
+
+def rotation_plan(
+    pairs: torch.Tensor, theta: torch.Tensor, group_size: int = GROUP_SIZE, dtype: torch.dtype = torch.float32
+) -> RotationPlan:
+    krot, k = pairs.shape
+    groups = k // group_size
+    local = pairs.to(torch.int64).view(krot, groups, group_size)
+    base = (torch.arange(groups, device=pairs.device) * group_size).view(1, groups, 1)
+    gi = (local[:, :, 0::2] + base).reshape(krot, k // 2)
+    gj = (local[:, :, 1::2] + base).reshape(krot, k // 2)
+    th = theta.to(compute_dtype(dtype))
+    return RotationPlan(i=gi, j=gj, cos=torch.cos(th), sin=torch.sin(th))
+
+
+def apply_rotation(x: torch.Tensor, plan: RotationPlan, channel_scales: torch.Tensor | None = None) -> torch.Tensor:
+    """The forward sweep on the last dim of x (in x's compute dtype); see the module docstring."""
+    dt = compute_dtype(x.dtype)
+    y = x.to(dt)
+    if channel_scales is not None:
+        y = y * channel_scales.reshape(-1).to(dt)
+    for r in range(plan.krot):
+        i, j = plan.i[r], plan.j[r]
+        c, s = plan.cos[r].to(dt), plan.sin[r].to(dt)
+        xi, xj = y[..., i], y[..., j]
+        out = torch.empty_like(y)
+        out[..., i] = c * xi + s * xj
+        out[..., j] = c * xj - s * xi
+        y = out
+    return y
+
+
+def rotate(
+    x: torch.Tensor, pairs: torch.Tensor, theta: torch.Tensor,
+    channel_scales: torch.Tensor | None = None, group_size: int = GROUP_SIZE,
+) -> torch.Tensor:
+    """(x * channel_scales) R^T: scale, then Givens layers 0..krot-1. Result in x's compute dtype."""
+    return apply_rotation(x, rotation_plan(pairs, theta, group_size, x.dtype), channel_scales)
+
+
+def paroquant_linear(
+    x: torch.Tensor, t: ParoTensors, bias: torch.Tensor | None = None,
+    act: str | None = None, group_size: int = GROUP_SIZE,
+) -> torch.Tensor:
+    """y = ((x * cs) R^T) dequant(Q)^T + bias; `act` fake-quantizes the rotated activations
+    ("int8_group", "fp8_group", "fp8_token"; None = none) the way a W4A8 kernel sees them."""
+    dt = compute_dtype(x.dtype)
+    xr = rotate(x, t.pairs, t.theta, t.channel_scales, group_size)
+    xr = fake_quant(xr, act, group_size)
+    w = dequant_paroquant(t.qweight, t.qzeros, t.scales, group_size, dt)
+    y = xr @ w.t()
+    if bias is not None:
+        y = y + bias.to(dt)
+    return y.to(x.dtype)
+
+
+# ----------------------------------------------------------------------------- pq2
+def dequant_pq2(
+    qweight: torch.Tensor, scales: torch.Tensor, group_size: int = GROUP_SIZE, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """Ternary codes -> dense W [N, K] in `dtype`: (code - 1) * d."""
+    w = unpack_ternary(qweight).to(dtype) - 1
+    return w * scales.to(dtype).repeat_interleave(group_size, dim=1)
+
+
+def pq2_linear(
+    x: torch.Tensor, t: Pq2Tensors, bias: torch.Tensor | None = None,
+    act_quant: bool = True, group_size: int = GROUP_SIZE, chunk_rows: int = 256,
+) -> torch.Tensor:
+    """Ternary linear. act_quant=True: int8 per-group activations and the integer
+    `dot(codes, q) - sum(q)` per group (the W2A8 kernels' numerics); False: x @ dequant(W)^T."""
+    dt = compute_dtype(x.dtype)
+    lead, k = x.shape[:-1], x.shape[-1]
+    x2 = x.reshape(-1, k).to(dt)
+    d = t.scales.to(dt)  # [N, G]
+    if not act_quant:
+        y = x2 @ dequant_pq2(t.qweight, t.scales, group_size, dt).t()
+    else:
+        n, groups = d.shape
+        # float32 holds these integers exactly; float64 when the caller asked for it
+        codes = unpack_ternary(t.qweight).to(dt).view(n, groups, group_size)
+        outs = []
+        for rows in x2.split(chunk_rows):
+            q, a = quant_int8_group(rows, group_size)  # [m, K] int8, [m, G] f32
+            qg = q.to(dt).view(-1, groups, group_size)
+            dots = torch.einsum("mgk,ngk->gmn", qg, codes) - qg.sum(-1).t().unsqueeze(-1)
+            outs.append(torch.einsum("gmn,mg,ng->mn", dots, a.to(dt), d))
+        y = torch.cat(outs) if outs else x2.new_zeros(0, d.shape[0])
+    if bias is not None:
+        y = y + bias.to(dt)
+    return y.reshape(*lead, -1).to(x.dtype)
+
+
+# ----------------------------------------------------------------------------- activation quantizers
+def _grouped(x: torch.Tensor, group_size: int) -> torch.Tensor:
+    if x.shape[-1] % group_size:
+        raise ValueError(f"last dim {x.shape[-1]} is not a multiple of group size {group_size}")
+    return x.to(torch.float32).reshape(*x.shape[:-1], x.shape[-1] // group_size, group_size)
+
+
+def quant_int8_group(x: torch.Tensor, group_size: int = GROUP_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (q int8 like x, scale float32 [..., K/group]); x ~= q * scale per group."""
+    g = _grouped(x, group_size)
+    a = g.abs().amax(-1) / INT8_MAX
+    safe = torch.where(a > 0, a, torch.ones_like(a))
+    q = torch.round(g / safe.unsqueeze(-1)).clamp(-INT8_MAX, INT8_MAX)
+    return q.to(torch.int8).reshape(x.shape), a
+
+
+def _e4m3(scaled: torch.Tensor) -> torch.Tensor:
+    return scaled.clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+
+
+def quant_fp8_e4m3_group(x: torch.Tensor, group_size: int = GROUP_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (q float8_e4m3fn like x, scale float32 [..., K/group]); x ~= q * scale per group."""
+    g = _grouped(x, group_size)
+    a = g.abs().amax(-1) / FP8_E4M3_MAX
+    safe = torch.where(a > 0, a, torch.ones_like(a))
+    return _e4m3(g / safe.unsqueeze(-1)).reshape(x.shape), a
+
+
+def quant_fp8_e4m3_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (q float8_e4m3fn like x, scale float32 [..., 1]); x ~= q * scale per row."""
+    xf = x.to(torch.float32)
+    a = xf.abs().amax(-1, keepdim=True) / FP8_E4M3_MAX
+    safe = torch.where(a > 0, a, torch.ones_like(a))
+    return _e4m3(xf / safe), a
+
+
+def dequant_group(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Inverse of the per-group / per-token quantizers: q * scale broadcast over each group."""
+    group = q.shape[-1] // scale.shape[-1]
+    qs = q.to(dtype).reshape(*q.shape[:-1], scale.shape[-1], group)
+    return (qs * scale.to(dtype).unsqueeze(-1)).reshape(q.shape)
+
+
+def fake_quant(x: torch.Tensor, act: str | None, group_size: int = GROUP_SIZE) -> torch.Tensor:
+    """Quantize then dequantize activations (None -> unchanged)."""
+    if act is None:
+        return x
+    quantizers = {
+        "int8_group": lambda v: quant_int8_group(v, group_size),
+        "fp8_group": lambda v: quant_fp8_e4m3_group(v, group_size),
+        "fp8_token": quant_fp8_e4m3_token,
+    }
+    if act not in quantizers:
+        raise ValueError(f"unknown activation quantizer {act!r}; use one of {sorted(quantizers)} or None")
+    q, a = quantizers[act](x)
+    return dequant_group(q, a, x.dtype)
