@@ -1,0 +1,334 @@
+"""The stack file: one YAML file, many stacks, validated by a pydantic schema.
+
+`load_stacks(path)` is the only reader; deploy (units, vllm-switch) and the launcher both call it.
+Errors are `StackFileError`s that name the file, the line, the key and what is allowed, because the
+person reading them is editing that YAML file. Nothing here touches the filesystem beyond reading
+the file itself: whether a model dir exists is the launch plan's business (plan.py), so host tools
+can read stacks whose models live on another machine.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from radiance import paths
+from radiance.knobs import KNOBS, knob
+
+Arch = Literal["cpu", "gfx1201", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"]
+Runtime = Literal["podman", "native"]
+QuantMethod = Literal["paroquant", "pq2", "paroquant_mxfp4"]
+DrafterMethod = Literal["draft_model", "ngram", "dflash", "eagle", "eagle3", "suffix"]
+Mode = Literal["eval", "prod"]
+MODES: tuple[str, ...] = ("eval", "prod")
+
+STACK_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")  # it becomes part of unit/container names
+SHAPE_RE = re.compile(r"^[1-9][0-9]*:[1-9][0-9]*$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+EnvValue = str | int | float | bool
+
+
+class StackFileError(ValueError):
+    """A stack file that cannot be used; str() is the message for the person editing it."""
+
+
+def _env_name(k: str) -> str:
+    if not ENV_NAME_RE.match(k):
+        raise ValueError(f"{k!r} is not an environment variable name")
+    if k.startswith("RADIANCE_") and k not in KNOBS:
+        raise ValueError(f"{k} is not a radiance knob (see the README's Knobs table or radiance/knobs.py)")
+    return k
+
+
+def _env_value(v: Any) -> Any:
+    # YAML reads `2` and `true` as numbers/booleans; the environment only holds strings.
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    return str(v) if isinstance(v, (int, float)) else v
+
+
+EnvMap = dict[Annotated[str, AfterValidator(_env_name)], Annotated[str, BeforeValidator(_env_value)]]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Drafter(_Strict):
+    """The speculative-decoding drafter; used only where the mode's `spec` is above 0."""
+
+    method: DrafterMethod = "draft_model"
+    model: str | None = None
+    options: dict[str, EnvValue] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _model_needed(self) -> Drafter:
+        if self.method not in ("ngram", "suffix") and not self.model:
+            raise ValueError(f"drafter method {self.method!r} needs `model` (a drafter checkpoint dir)")
+        if self.method in ("ngram", "suffix") and self.model:
+            raise ValueError(f"drafter method {self.method!r} takes no `model`")
+        return self
+
+
+class ModeOverrides(_Strict):
+    """Per-mode settings; anything left out takes the mode's default (plan.MODE_DEFAULTS)."""
+
+    enforce_eager: bool | None = None
+    max_model_len: int | Literal["full"] | None = Field(default=None)
+    prefix_caching: bool | None = None
+    spec: int | None = Field(default=None, ge=0, le=16)
+    checkall: bool | None = None
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    env: EnvMap = Field(default_factory=dict)
+    extra_args: list[str] = Field(default_factory=list)
+
+    @field_validator("max_model_len")
+    @classmethod
+    def _len(cls, v: Any) -> Any:
+        if isinstance(v, int) and v < 256:
+            raise ValueError("max_model_len is a token count (>= 256) or 'full'")
+        return v
+
+
+class Stack(_Strict):
+    """One servable configuration: which model, on what, how. The YAML key is its name."""
+
+    description: str = ""
+    arch: Arch
+    runtime: Runtime = "native"
+    image: str | None = None
+    model: str
+    quant: QuantMethod
+    served_name: str | None = None
+    dtype: Literal["auto", "bfloat16", "float16"] = "auto"
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
+    drafter: Drafter | None = None
+    spec: int = Field(default=0, ge=0, le=16)
+    devices: list[int] = Field(default_factory=list)
+    tp: int = Field(default=1, ge=1, le=8)
+    host: str | None = None
+    port: int = Field(ge=1, le=65535)
+    container: str | None = None
+    cache_dir: str | None = None
+    chat_template: str | None = None
+    check_shapes: list[str] = Field(default_factory=list)
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    env: EnvMap = Field(default_factory=dict)
+    extra_args: list[str] = Field(default_factory=list)
+    eval: ModeOverrides = Field(default_factory=ModeOverrides)
+    prod: ModeOverrides = Field(default_factory=ModeOverrides)
+
+    _name: str = PrivateAttr(default="")
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def container_name(self) -> str:
+        return self.container or f"radiance-{self._name}"
+
+    def mode(self, mode: str) -> ModeOverrides:
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r}: allowed values are {', '.join(MODES)}")
+        return self.eval if mode == "eval" else self.prod
+
+    @field_validator("check_shapes")
+    @classmethod
+    def _shapes(cls, v: list[str]) -> list[str]:
+        bad = [s for s in v if not SHAPE_RE.match(s)]
+        if bad:
+            raise ValueError(f"check_shapes entries are 'N:K' (output:input features), got {bad}")
+        return v
+
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, v: list[int]) -> list[int]:
+        if any(d < 0 for d in v) or len(set(v)) != len(v):
+            raise ValueError(f"devices are distinct GPU indices >= 0, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Stack:
+        if self.runtime == "podman" and not self.image:
+            raise ValueError("runtime 'podman' needs `image` (the container image to run)")
+        if self.runtime == "native" and self.image:
+            raise ValueError("`image` is only used with runtime 'podman'; remove it or set runtime: podman")
+        if self.arch == "cpu":
+            if self.devices:
+                raise ValueError("arch 'cpu' takes no `devices` (GPU indices)")
+        else:
+            if not self.devices:
+                raise ValueError(f"arch {self.arch!r} needs `devices` (the GPU indices it uses)")
+            if self.tp > len(self.devices):
+                raise ValueError(f"tp={self.tp} needs at least {self.tp} devices, got {self.devices}")
+        for where, spec in (("spec", self.spec), ("eval.spec", self.eval.spec), ("prod.spec", self.prod.spec)):
+            if spec and self.drafter is None:
+                raise ValueError(f"{where}={spec} needs a `drafter`")
+        return self
+
+
+class StackFile(_Strict):
+    """The whole file: `version` and the `stacks` map (name -> stack)."""
+
+    version: Literal[1] = 1
+    stacks: dict[str, Stack]
+
+    _path: Path | None = PrivateAttr(default=None)
+    _lines: dict[tuple, int] = PrivateAttr(default_factory=dict)
+
+    @field_validator("stacks")
+    @classmethod
+    def _names(cls, v: dict[str, Stack]) -> dict[str, Stack]:
+        for name in v:
+            if not STACK_NAME_RE.match(name):
+                raise ValueError(f"stack name {name!r}: use lowercase letters, digits, '-' and '_' (it names units and containers)")
+        return v
+
+    def model_post_init(self, _ctx: Any) -> None:
+        for name, stack in self.stacks.items():
+            stack._name = name
+
+    @property
+    def path(self) -> Path | None:
+        return self._path
+
+    def get(self, name: str) -> Stack:
+        if name not in self.stacks:
+            known = ", ".join(sorted(self.stacks)) or "(none)"
+            raise StackFileError(f"{self._path}: no stack named {name!r}; stacks in this file: {known}")
+        return self.stacks[name]
+
+    def where(self, *loc: str | int) -> str:
+        """`file:line` of the deepest key of `loc` that the file has (for error messages)."""
+        return f"{self._path}:{_line_for(self._lines, loc)}"
+
+    def error(self, message: str, *loc: str | int) -> StackFileError:
+        return StackFileError(f"{self.where(*loc)}: {'.'.join(map(str, loc))}: {message}")
+
+
+# ---- loading: YAML with line numbers -----------------------------------------------------------
+
+def _line_for(lines: dict[tuple, int], loc: tuple) -> int:
+    for n in range(len(loc), -1, -1):
+        if tuple(loc[:n]) in lines:
+            return lines[tuple(loc[:n])]
+    return 1
+
+
+def _walk(node: yaml.Node, loc: tuple, lines: dict[tuple, int], path: Path) -> None:
+    lines.setdefault(loc, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for k, v in node.value:
+            key = k.value
+            line = k.start_mark.line + 1
+            if key in seen:
+                raise StackFileError(f"{path}:{line}: {'.'.join(map(str, loc + (key,)))}: "
+                                     f"duplicate key (first at line {seen[key]})")
+            seen[key] = line
+            lines[loc + (key,)] = line
+            _walk(v, loc + (key,), lines, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            lines[loc + (i,)] = item.start_mark.line + 1
+            _walk(item, loc + (i,), lines, path)
+
+
+def _describe(err: dict, model_fields: list[str] | None) -> str:
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+        if model_fields:
+            msg += f"; allowed keys here: {', '.join(model_fields)}"
+    elif err["type"] == "missing":
+        msg = "required key is missing"
+    elif "input" in err and err["type"] not in ("value_error",) and not isinstance(err["input"], (dict, list)):
+        msg += f" (got {err['input']!r})"
+    return msg
+
+
+def _fields_at(loc: tuple) -> list[str] | None:
+    """Field names of the schema object that holds the last key of `loc` (for 'unknown key')."""
+    model: type[BaseModel] = StackFile
+    parts = list(loc[:-1])
+    i = 0
+    while i < len(parts):
+        p = parts[i]
+        if model is StackFile and p == "stacks":
+            model, i = Stack, i + 2  # skip the stack name
+            continue
+        ann = model.model_fields.get(str(p))
+        if ann is None:
+            return None
+        sub = {"drafter": Drafter, "eval": ModeOverrides, "prod": ModeOverrides}.get(str(p))
+        if sub is None:
+            return None
+        model, i = sub, i + 1
+    return list(model.model_fields)
+
+
+def parse_stacks(text: str, path: Path) -> StackFile:
+    """Validate stack-file text; `path` is only used in messages."""
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise StackFileError(f"{where}: not valid YAML: {e.problem or e}") from None
+    if data is None:
+        raise StackFileError(f"{path}: the file is empty; it needs a `stacks:` map (see deploy/stacks.example.yaml)")
+    if not isinstance(data, dict):
+        raise StackFileError(f"{path}:1: the top level must be a map with `stacks:` (see deploy/stacks.example.yaml)")
+    lines: dict[tuple, int] = {}
+    _walk(node, (), lines, path)
+    try:
+        sf = StackFile.model_validate(data)
+    except ValidationError as e:
+        msgs = []
+        for err in e.errors():
+            # pydantic appends the failing validator's name ('function-after[...]') for model checks
+            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p == "[key]")))
+            dotted = ".".join(map(str, loc)) or "(top level)"
+            msg = _describe(err, _fields_at(loc) if err["type"] == "extra_forbidden" else None)
+            msgs.append(f"{path}:{_line_for(lines, loc)}: {dotted}: {msg}")
+        raise StackFileError("\n".join(msgs)) from None
+    sf._path = path
+    sf._lines = lines
+    return sf
+
+
+def default_stacks_path() -> Path:
+    """`RADIANCE_STACKS`, else `$RADIANCE_HOME/stacks.yaml` if it exists, else the bundled example."""
+    explicit = knob("RADIANCE_STACKS")
+    if explicit:
+        return Path(explicit).expanduser()
+    mine = paths.home() / "stacks.yaml"
+    if mine.exists():
+        return mine
+    import radiance.deploy
+
+    return Path(radiance.deploy.__file__).parent / "stacks.example.yaml"
+
+
+def load_stacks(path: str | Path | None = None) -> StackFile:
+    """Read and validate a stack file (default: default_stacks_path()). Raises StackFileError."""
+    path = Path(path) if path is not None else default_stacks_path()
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise StackFileError(f"{path}: cannot read the stack file: {e.strerror or e}; "
+                             "give one with --stacks or RADIANCE_STACKS") from None
+    return parse_stacks(text, path)

@@ -1,0 +1,112 @@
+"""The stack-file schema: the example file loads; bad files say file, line, key and what is allowed."""
+
+from pathlib import Path
+
+import pytest
+
+from radiance.launcher.stack import StackFileError, default_stacks_path, load_stacks, parse_stacks
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "deploy" / "stacks.example.yaml"
+
+GOOD = """\
+version: 1
+stacks:
+  x:
+    arch: cpu
+    model: m
+    quant: paroquant
+    port: 9000
+"""
+
+
+def _err(text: str) -> str:
+    with pytest.raises(StackFileError) as e:
+        parse_stacks(text, Path("s.yaml"))
+    return str(e.value)
+
+
+def test_example_defines_the_required_stacks():
+    sf = load_stacks(EXAMPLE)
+    assert {"paro", "paromx", "pq2", "turing", "demo"} <= set(sf.stacks)
+    paro, demo = sf.get("paro"), sf.get("demo")
+    assert (paro.arch, paro.tp, paro.port, paro.quant) == ("gfx1201", 2, 8080, "paroquant")
+    assert paro.drafter is not None and paro.spec > 0
+    assert sf.get("paromx").quant == "paroquant_mxfp4"
+    assert (sf.get("pq2").quant, sf.get("pq2").arch) == ("pq2", "sm_86")
+    assert (sf.get("turing").arch, sf.get("turing").dtype) == ("sm_75", "float16")
+    assert (demo.arch, demo.runtime, demo.port, demo.quant) == ("cpu", "native", 8765, "paroquant")
+    assert demo.name == "demo" and paro.container_name == "qwen_vllm_paro"
+
+
+def test_default_path_follows_radiance_stacks(monkeypatch, tmp_path):
+    monkeypatch.setenv("RADIANCE_HOME", str(tmp_path))
+    monkeypatch.delenv("RADIANCE_STACKS", raising=False)
+    assert default_stacks_path().name == "stacks.example.yaml"
+    (tmp_path / "stacks.yaml").write_text(GOOD)
+    assert default_stacks_path() == tmp_path / "stacks.yaml"
+    monkeypatch.setenv("RADIANCE_STACKS", str(tmp_path / "other.yaml"))
+    assert default_stacks_path() == tmp_path / "other.yaml"
+
+
+def test_env_values_become_strings_and_stacks_are_frozen():
+    sf = parse_stacks(GOOD + "    env:\n      VLLM_CPU_KVCACHE_SPACE: 2\n      RADIANCE_PQ_SKIP: true\n", Path("s.yaml"))
+    x = sf.get("x")
+    assert x.env == {"VLLM_CPU_KVCACHE_SPACE": "2", "RADIANCE_PQ_SKIP": "1"}
+    with pytest.raises(Exception):
+        x.port = 1  # type: ignore[misc]
+
+
+def test_unknown_stack_lists_the_known_ones():
+    sf = parse_stacks(GOOD, Path("s.yaml"))
+    with pytest.raises(StackFileError, match=r"no stack named 'nope'; stacks in this file: x"):
+        sf.get("nope")
+
+
+def test_malformed_yaml_names_the_line():
+    msg = _err(GOOD + "  y: [1, 2\n  z: 3\n")
+    assert msg.startswith("s.yaml:9:") and "not valid YAML" in msg
+
+
+def test_unknown_key_names_line_key_and_allowed_keys():
+    msg = _err(GOOD + "    gpus: [0]\n")
+    assert msg.startswith("s.yaml:8: stacks.x.gpus: unknown key; allowed keys here:")
+    assert "devices" in msg and "chat_template" in msg
+
+
+def test_unknown_key_inside_a_mode_lists_the_mode_keys():
+    msg = _err(GOOD + "    prod:\n      eager: true\n")
+    assert "s.yaml:9: stacks.x.prod.eager: unknown key" in msg and "enforce_eager" in msg
+
+
+def test_bad_value_lists_allowed_values():
+    msg = _err(GOOD.replace("arch: cpu", "arch: sm_61"))
+    assert msg.startswith("s.yaml:4: stacks.x.arch:")
+    assert "'cpu', 'gfx1201', 'sm_75'" in msg and "(got 'sm_61')" in msg
+    msg = _err(GOOD.replace("quant: paroquant", "quant: awq"))
+    assert "s.yaml:6: stacks.x.quant:" in msg and "'paroquant', 'pq2'" in msg
+
+
+def test_unregistered_radiance_knob_is_refused_at_its_line():
+    msg = _err(GOOD + "    env:\n      RADIANCE_TURBO: 1\n")
+    assert msg.startswith("s.yaml:9: stacks.x.env.RADIANCE_TURBO: RADIANCE_TURBO is not a radiance knob")
+
+
+def test_duplicate_stack_name_is_an_error():
+    msg = _err(GOOD + "  x:\n    arch: cpu\n")
+    assert msg.startswith("s.yaml:8: stacks.x: duplicate key (first at line 3)")
+
+
+def test_cross_field_rules():
+    assert "needs `image`" in _err(GOOD + "    runtime: podman\n")
+    assert "needs `devices`" in _err(GOOD.replace("arch: cpu", "arch: sm_86"))
+    assert "needs a `drafter`" in _err(GOOD + "    spec: 4\n")
+    assert "tp=2 needs at least 2 devices" in _err(GOOD.replace("arch: cpu", "arch: sm_86") + "    devices: [0]\n    tp: 2\n")
+
+
+def test_missing_and_empty_files(tmp_path):
+    with pytest.raises(StackFileError, match="cannot read the stack file"):
+        load_stacks(tmp_path / "none.yaml")
+    (tmp_path / "e.yaml").write_text("")
+    with pytest.raises(StackFileError, match="the file is empty"):
+        load_stacks(tmp_path / "e.yaml")
