@@ -1,0 +1,274 @@
+"""Per-layer ops the vLLM plugin calls, and THE dispatch table (method x platform x M band x kernel set).
+
+The plugin calls `prepare_paroquant` / `prepare_pq2` / `prepare_dense` once after loading, and
+`linear_forward(prep, x, bias)` per call. `linear_forward` picks the kernel from `DISPATCH` by the
+layer's method and platform, the call's row count (`band`) and the kernel set; a missing row is an
+error naming the key (no silent fallback). On CPU every row computes exactly what
+`radiance.kernels.reference` computes (tests/test_ops.py checks bit equality); GPU kernel engineers
+add rows for their platform here, next to a `prepare` for that platform.
+
+No vLLM import here: `radiance.kernels` must run without vLLM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from radiance.kernels import reference
+from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors
+from radiance.kernels.formats.pq2 import Pq2Tensors, unpack_ternary
+from radiance.knobs import knob, knob_int
+
+METHODS = ("paroquant", "pq2", "dense")
+BANDS = ("decode", "prefill")
+KERNEL_SETS = ("tuned", "exact", "legacy")
+
+
+@dataclass
+class Rotation:
+    """One distinct rotation of a linear's input: raw tensors (for kernels) and the CPU plan."""
+
+    pairs: torch.Tensor  # [krot, K] int16
+    theta: torch.Tensor  # [krot, K/2] float16
+    channel_scales: torch.Tensor  # [1, K] float16
+    plan: reference.RotationPlan
+
+
+@dataclass(frozen=True)
+class Run:
+    """Output columns [n0, n1) are computed from rotated input copy `rotation`."""
+
+    n0: int
+    n1: int
+    rotation: int
+
+
+@dataclass
+class PreparedLinear:
+    """What one layer's kernels need, built once after loading."""
+
+    method: str
+    platform: str
+    in_features: int
+    out_features: int
+    rotations: list[Rotation] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
+    decode_max_m: int = 64
+    kernel_set: str = "tuned"
+    data: dict[str, torch.Tensor] = field(default_factory=dict)  # per-platform payload
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.method, self.platform)
+
+
+KernelFn = Callable[[PreparedLinear, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+
+
+# ----------------------------------------------------------------------------- dispatch keys
+def platform_of(device: torch.device) -> str:
+    if device.type == "cpu":
+        return "cpu"
+    if device.type == "cuda":
+        return "rocm" if getattr(torch.version, "hip", None) else "cuda"
+    return device.type
+
+
+def band(m: int, decode_max_m: int) -> str:
+    """Decode band for skinny calls (M rows <= RADIANCE_PQ_DECODE_MAX_M), prefill above."""
+    return "decode" if m <= decode_max_m else "prefill"
+
+
+def kernel_set(method: str) -> str:
+    if method != "pq2":
+        return "tuned"
+    value = knob("RADIANCE_PQ2_KERNELS") or "tuned"
+    if value not in KERNEL_SETS:
+        raise ValueError(f"RADIANCE_PQ2_KERNELS={value!r}: use one of {', '.join(KERNEL_SETS)}")
+    return value
+
+
+def lookup(prep: PreparedLinear, m: int) -> KernelFn:
+    key = (prep.method, prep.platform, band(m, prep.decode_max_m), prep.kernel_set)
+    fn = DISPATCH.get(key)
+    if fn is None:
+        raise NotImplementedError(
+            f"radiance: no kernel for method={key[0]} platform={key[1]} band={key[2]} kernel_set={key[3]} "
+            "in radiance.kernels.ops.DISPATCH; add a row for this platform or serve on one that has it"
+        )
+    return fn
+
+
+def linear_forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y [M, N] = the layer applied to x [M, K] (plus bias), by the dispatch table."""
+    if x.dim() != 2 or x.shape[1] != prep.in_features:
+        raise ValueError(f"radiance: expected input [M, {prep.in_features}], got {list(x.shape)}")
+    return lookup(prep, x.shape[0])(prep, x, bias)
+
+
+# ----------------------------------------------------------------------------- rotations (shared by every platform)
+def dedup_rotations(
+    rotations: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], sizes: list[int]
+) -> tuple[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], list[Run]]:
+    """Merge identical adjacent per-partition rotations into runs of output columns."""
+    if len(rotations) != len(sizes):
+        raise ValueError(f"radiance: {len(rotations)} rotations for {len(sizes)} partitions")
+    distinct: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    runs: list[Run] = []
+    n0 = 0
+    for rot, size in zip(rotations, sizes):
+        same = bool(distinct) and all(torch.equal(a, b) for a, b in zip(distinct[-1], rot))
+        if same:
+            last = runs[-1]
+            runs[-1] = Run(last.n0, n0 + size, last.rotation)
+        else:
+            distinct.append(rot)
+            runs.append(Run(n0, n0 + size, len(distinct) - 1))
+        n0 += size
+    return distinct, runs
+
+
+def rotate_all(prep: PreparedLinear, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """One rotated copy of x per distinct rotation (the tuple the GEMM takes)."""
+    return tuple(reference.apply_rotation(x, r.plan, r.channel_scales) for r in prep.rotations)
+
+
+def check_partitions(prep: PreparedLinear, xs: tuple[torch.Tensor, ...]) -> None:
+    """The partition-count guard: a rotated-activation tuple must match the layer exactly.
+
+    On a GPU a mismatched tuple makes the GEMM read past the activation buffer (a hang, not a
+    fault), so every platform checks it here first."""
+    if len(xs) != len(prep.rotations):
+        raise ValueError(
+            f"radiance: rotated-activation tuple has {len(xs)} copies but the layer has "
+            f"{len(prep.rotations)} distinct rotations (runs {[(r.n0, r.n1, r.rotation) for r in prep.runs]})"
+        )
+    for i, xr in enumerate(xs):
+        if xr.dim() != 2 or xr.shape[1] != prep.in_features:
+            raise ValueError(f"radiance: rotated copy {i} has shape {list(xr.shape)}, expected [M, {prep.in_features}]")
+
+
+# ----------------------------------------------------------------------------- prepare (once per layer)
+def prepare_paroquant(
+    qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
+    rotations: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], partition_sizes: list[int],
+) -> PreparedLinear:
+    """qweight/qzeros/scales concatenated along N over the partitions; one (pairs, theta,
+    channel_scales) per partition. Identical adjacent rotations are merged."""
+    distinct, runs = dedup_rotations(rotations, partition_sizes)
+    k, n = int(qweight.shape[0]), int(scales.shape[1])
+    prep = PreparedLinear(
+        method="paroquant", platform=platform_of(qweight.device), in_features=k, out_features=n,
+        runs=runs, decode_max_m=knob_int("RADIANCE_PQ_DECODE_MAX_M"), kernel_set=kernel_set("paroquant"),
+    )
+    for pairs, theta, cs in distinct:
+        plan = reference.rotation_plan(pairs, theta, GROUP_SIZE, torch.float32)
+        prep.rotations.append(Rotation(pairs, theta, cs, plan))
+    _prepare_for(prep)(prep, ParoTensors(qweight, qzeros, scales, *distinct[0]))
+    return prep
+
+
+def prepare_pq2(qweight: torch.Tensor, scales: torch.Tensor) -> PreparedLinear:
+    n, k = int(qweight.shape[0]), int(qweight.shape[1]) * 4
+    prep = PreparedLinear(
+        method="pq2", platform=platform_of(qweight.device), in_features=k, out_features=n,
+        runs=[Run(0, n, -1)], decode_max_m=knob_int("RADIANCE_PQ_DECODE_MAX_M"), kernel_set=kernel_set("pq2"),
+    )
+    _prepare_for(prep)(prep, Pq2Tensors(qweight, scales))
+    return prep
+
+
+def prepare_dense(weight: torch.Tensor) -> PreparedLinear:
+    """An unquantized (skipped) linear; GPU rows may route skinny calls to a split-K kernel."""
+    n, k = (int(s) for s in weight.shape)
+    prep = PreparedLinear(
+        method="dense", platform=platform_of(weight.device), in_features=k, out_features=n,
+        runs=[Run(0, n, -1)], decode_max_m=knob_int("RADIANCE_PQ_DECODE_MAX_M"),
+    )
+    _prepare_for(prep)(prep, weight)
+    return prep
+
+
+def _prepare_for(prep: PreparedLinear) -> Callable:
+    fn = PREPARE.get(prep.key)
+    if fn is None:
+        raise NotImplementedError(
+            f"radiance: no weight preparation for method={prep.method} platform={prep.platform} "
+            "in radiance.kernels.ops.PREPARE"
+        )
+    return fn
+
+
+# ----------------------------------------------------------------------------- CPU: the exact reference
+def _paroquant_cpu_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
+    # fp32 holds (q - z) * s exactly, so caching the dequantized weight changes no bit
+    prep.data["w"] = reference.dequant_paroquant(t.qweight, t.qzeros, t.scales, GROUP_SIZE, torch.float32)
+
+
+def _paroquant_gemm_cpu(
+    prep: PreparedLinear, xs: tuple[torch.Tensor, ...], bias: torch.Tensor | None, out_dtype: torch.dtype
+) -> torch.Tensor:
+    check_partitions(prep, xs)
+    w = prep.data["w"]
+    b = None if bias is None else bias.to(torch.float32)
+    if len(prep.runs) == 1:  # exactly reference.paroquant_linear's ops
+        y = xs[0] @ w.t()
+        return (y if b is None else y + b).to(out_dtype)
+    parts = []
+    for run in prep.runs:  # each run is reference.paroquant_linear of that projection
+        y = xs[run.rotation] @ w[run.n0:run.n1].t()
+        parts.append(y if b is None else y + b[run.n0:run.n1])
+    return torch.cat(parts, dim=1).to(out_dtype)
+
+
+def _paroquant_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return _paroquant_gemm_cpu(prep, rotate_all(prep, x), bias, x.dtype)
+
+
+def _pq2_cpu_prepare(prep: PreparedLinear, t: Pq2Tensors) -> None:
+    n, groups = (int(s) for s in t.scales.shape)
+    prep.data["codes"] = unpack_ternary(t.qweight).to(torch.float32).view(n, groups, GROUP_SIZE)
+    prep.data["d"] = t.scales.to(torch.float32)
+
+
+def _pq2_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None, chunk_rows: int = 256) -> torch.Tensor:
+    # reference.pq2_linear(act_quant=True) with the unpacked codes cached (same ops, same order)
+    codes, d = prep.data["codes"], prep.data["d"]
+    n, groups = d.shape
+    x2 = x.to(torch.float32)
+    outs = []
+    for rows in x2.split(chunk_rows):
+        q, a = reference.quant_int8_group(rows, GROUP_SIZE)
+        qg = q.to(torch.float32).view(-1, groups, GROUP_SIZE)
+        dots = torch.einsum("mgk,ngk->gmn", qg, codes) - qg.sum(-1).t().unsqueeze(-1)
+        outs.append(torch.einsum("gmn,mg,ng->mn", dots, a.to(torch.float32), d))
+    y = torch.cat(outs) if outs else x2.new_zeros(0, n)
+    if bias is not None:
+        y = y + bias.to(torch.float32)
+    return y.to(x.dtype)
+
+
+def _dense_cpu_prepare(prep: PreparedLinear, weight: torch.Tensor) -> None:
+    prep.data["w"] = weight
+
+
+def _dense_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.nn.functional.linear(x, prep.data["w"], bias)
+
+
+# ----------------------------------------------------------------------------- the tables
+PREPARE: dict[tuple[str, str], Callable] = {
+    ("paroquant", "cpu"): _paroquant_cpu_prepare,
+    ("pq2", "cpu"): _pq2_cpu_prepare,
+    ("dense", "cpu"): _dense_cpu_prepare,
+}
+
+_CPU_ROWS: dict[str, KernelFn] = {"paroquant": _paroquant_cpu, "pq2": _pq2_cpu, "dense": _dense_cpu}
+
+# (method, platform, band, kernel set) -> kernel. GPU rows go here, one line each.
+DISPATCH: dict[tuple[str, str, str, str], KernelFn] = {
+    (method, "cpu", b, ks): fn for method, fn in _CPU_ROWS.items() for b in BANDS for ks in KERNEL_SETS
+}

@@ -1,0 +1,103 @@
+"""kernels.ops: CPU rows are bit-identical to the reference; dedup, guard and dispatch errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from radiance.kernels import ops
+from radiance.kernels import reference as R
+from radiance.kernels.formats.paroquant import ParoTensors
+from radiance.quantize import rtn
+
+
+def _paro(n: int, k: int, seed: int, krot: int = 4) -> ParoTensors:
+    gen = torch.Generator().manual_seed(seed)
+    pairs, theta = rtn.random_rotation(k, krot, gen)
+    cs = (torch.rand(1, k, generator=gen) + 0.5).half()
+    return rtn.paroquant_linear_tensors(torch.randn(n, k, generator=gen), pairs, theta, cs)
+
+
+def _merged(parts: list[ParoTensors]) -> ops.PreparedLinear:
+    return ops.prepare_paroquant(
+        torch.cat([p.qweight for p in parts], 1), torch.cat([p.qzeros for p in parts], 1),
+        torch.cat([p.scales for p in parts], 1),
+        [(p.pairs, p.theta, p.channel_scales) for p in parts], [p.out_features for p in parts],
+    )
+
+
+@pytest.mark.parametrize("m", [1, 3, 200])  # decode and prefill bands
+def test_paroquant_cpu_is_bit_identical_to_reference(m):
+    t = _paro(96, 256, 0)
+    prep = _merged([t])
+    x = torch.randn(m, 256).bfloat16()
+    bias = torch.randn(96).bfloat16()
+    assert ops.band(m, prep.decode_max_m) == ("decode" if m <= 64 else "prefill")
+    assert torch.equal(ops.linear_forward(prep, x, bias), R.paroquant_linear(x, t, bias))
+
+
+def test_merged_partitions_keep_their_own_rotation_and_dedup_identical_ones():
+    q, k, v = _paro(64, 256, 1), _paro(32, 256, 2), _paro(32, 256, 3)
+    x = torch.randn(5, 256).bfloat16()
+    prep = _merged([q, k, v])
+    assert len(prep.rotations) == 3
+    want = torch.cat([R.paroquant_linear(x, t) for t in (q, k, v)], 1)
+    assert torch.equal(ops.linear_forward(prep, x), want)
+
+    shared = rtn.random_rotation(256, 4, torch.Generator().manual_seed(9))
+    cs = (torch.rand(1, 256) + 0.5).half()
+    gate, up = (rtn.paroquant_linear_tensors(torch.randn(48, 256), *shared, cs) for _ in range(2))
+    prep = _merged([gate, up])
+    assert len(prep.rotations) == 1 and prep.runs == [ops.Run(0, 96, 0)]
+    want = torch.cat([R.paroquant_linear(x, t) for t in (gate, up)], 1)
+    assert torch.equal(ops.linear_forward(prep, x), want)
+
+
+def test_partition_count_guard():
+    prep = _merged([_paro(64, 256, 1), _paro(32, 256, 2)])
+    xs = ops.rotate_all(prep, torch.randn(2, 256))
+    with pytest.raises(ValueError, match="tuple has 1 copies but the layer has 2"):
+        ops._paroquant_gemm_cpu(prep, xs[:1], None, torch.float32)
+
+
+def test_pq2_cpu_is_bit_identical_to_reference():
+    t = rtn.pq2_linear_tensors(torch.randn(80, 384, generator=torch.Generator().manual_seed(0)))
+    prep = ops.prepare_pq2(t.qweight, t.scales)
+    for m in (1, 70, 300):
+        x = torch.randn(m, 384).bfloat16()
+        bias = torch.randn(80).bfloat16()
+        assert torch.equal(ops.linear_forward(prep, x, bias), R.pq2_linear(x, t, bias))
+
+
+def test_dense_and_dispatch_errors(monkeypatch):
+    w = torch.randn(16, 128).bfloat16()
+    prep = ops.prepare_dense(w)
+    x = torch.randn(3, 128).bfloat16()
+    assert torch.equal(ops.linear_forward(prep, x), torch.nn.functional.linear(x, w))
+    with pytest.raises(ValueError, match=r"expected input \[M, 128\]"):
+        ops.linear_forward(prep, torch.randn(3, 64))
+    prep.platform = "cuda"
+    with pytest.raises(NotImplementedError, match="method=dense platform=cuda band=decode kernel_set=tuned"):
+        ops.linear_forward(prep, x)
+    monkeypatch.setenv("RADIANCE_PQ2_KERNELS", "fastest")
+    with pytest.raises(ValueError, match="RADIANCE_PQ2_KERNELS='fastest'"):
+        ops.kernel_set("pq2")
+
+
+def test_kernels_run_without_vllm():
+    code = (
+        "import sys; sys.modules['vllm'] = None\n"  # any `import vllm...` now raises ImportError
+        "import torch\n"
+        "from radiance.kernels import ops, reference\n"
+        "from radiance.quantize import rtn\n"
+        "t = rtn.pq2_linear_tensors(torch.randn(8, 128))\n"
+        "y = ops.linear_forward(ops.prepare_pq2(t.qweight, t.scales), torch.randn(2, 128))\n"
+        "assert y.shape == (2, 8)\n"
+        "assert not any(m == 'vllm' or m.startswith('vllm.') for m in sys.modules if sys.modules[m] is not None)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
