@@ -1,9 +1,47 @@
-"""Commands this package adds to the `radiance` CLI."""
+"""`radiance render` and `radiance setup` (thin: the work is in render.py and setup.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Optional
+
 import typer
+
+from radiance.launcher.stack import StackFileError, load_stacks
+
+StacksOpt = Annotated[Optional[Path], typer.Option("--stacks", help="stack file (default: RADIANCE_STACKS, "
+                                                   "$RADIANCE_HOME/stacks.yaml, the bundled example)")]
+
+
+def render(
+    out: Annotated[Path, typer.Option("--out", help="directory for the .service files (e.g. /etc/systemd/system)")],
+    stacks: StacksOpt = None,
+    mode: Annotated[str, typer.Option(help="launcher mode the units run: prod or eval")] = "prod",
+    launcher: Annotated[Optional[str], typer.Option(help="absolute path of radiance-launch for native stacks")] = None,
+    podman: Annotated[str, typer.Option(help="absolute path of podman for podman stacks")] = "/usr/bin/podman",
+    quadlet: Annotated[bool, typer.Option(help="also write Quadlet .container files to OUT/quadlet")] = True,
+) -> None:
+    """Render a systemd unit per stack (Conflicts= from shared GPUs/ports); unchanged files are left alone."""
+    from radiance.deploy.render import render_all
+
+    try:
+        sf = load_stacks(stacks)
+    except StackFileError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2) from None
+    if mode not in ("prod", "eval"):
+        typer.echo(f"--mode {mode!r}: allowed values are prod, eval", err=True)
+        raise typer.Exit(2)
+    results = render_all(sf, out, mode=mode, launcher_bin=launcher, podman_bin=podman, quadlet=quadlet)
+    for r in results:
+        typer.echo(f"{'removed' if r.removed else 'wrote' if r.changed else 'unchanged'}  {r.path}")
+    if not any(r.changed for r in results):
+        typer.echo("nothing changed")
 
 
 def register(app: typer.Typer) -> None:
     """Add this package's commands to the root app."""
+    app.command("render")(render)
+    from radiance.deploy.setup_cli import setup
+
+    app.command("setup")(setup)

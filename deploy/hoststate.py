@@ -1,0 +1,105 @@
+"""What runs on this host right now, read from systemd, podman and /proc at the moment of asking.
+
+Nothing here is cached or read from a file a crash could leave stale: `vllm-switch` killed with -9
+and run again sees the truth and converges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from radiance.deploy import gpus, podman, procs, systemd
+from radiance.deploy.unitspec import conflicts, unit_name, vendor
+from radiance.launcher.stack import StackFile
+
+# Processes podman runs for a container that can hold its published port on the host.
+_PODMAN_HELPERS = {"conmon", "podman", "rootlessport", "rootlessport-ch", "slirp4netns", "pasta"}
+
+
+@dataclass(frozen=True)
+class StackView:
+    name: str
+    unit: str
+    runtime: str
+    port: int
+    gpus: list[int]
+    vendor: str
+    container: str
+    state: systemd.UnitState
+
+    @property
+    def running(self) -> bool:
+        return self.state.running
+
+
+def view(sf: StackFile, name: str) -> StackView:
+    s = sf.get(name)
+    return StackView(name=name, unit=unit_name(name), runtime=s.runtime, port=s.port, gpus=list(s.devices),
+                     vendor=vendor(s), container=s.container_name, state=systemd.state(unit_name(name)))
+
+
+def views(sf: StackFile) -> dict[str, StackView]:
+    return {name: view(sf, name) for name in sorted(sf.stacks)}
+
+
+def conflicting(sf: StackFile, name: str) -> list[str]:
+    return sorted(conflicts(sf)[name])
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def owner(sf: StackFile, holder: procs.Holder) -> str | None:
+    """The radiance stack a process belongs to (by its systemd unit, or podman's helper for its
+    container), or None for a stranger."""
+    unit = holder.unit()
+    for name, s in sf.stacks.items():
+        if unit == unit_name(name):
+            return name
+    if holder.name in _PODMAN_HELPERS:
+        cmd = _cmdline(holder.pid)
+        for name, s in sf.stacks.items():
+            if s.runtime == "podman" and s.container_name in cmd.split():
+                return name
+    return None
+
+
+def strangers_on_port(sf: StackFile, port: int) -> list[procs.Holder]:
+    return [h for h in procs.port_holders(port) if owner(sf, h) is None]
+
+
+def still_held(sf: StackFile, stopped: list[str], target: str) -> list[str]:
+    """What the stopped stacks (and the target's own port/GPUs) still hold; [] when all is free.
+
+    The three field failures this waits out: a container not yet removed (#220 "name already in
+    use"), a port still bound by a server that is shutting down (#827), GPU memory not yet freed (#97).
+    """
+    held = []
+    t = sf.get(target)
+    ports = {t.port} | {sf.get(n).port for n in stopped}
+    for n in stopped:
+        v = view(sf, n)
+        if v.running:
+            held.append(f"{v.unit} is still {v.state.active}")
+        if v.runtime == "podman" and podman.container_exists(v.container):
+            held.append(f"container {v.container} still exists ({podman.container_state(v.container)})")
+    for port in sorted(ports):
+        hs = procs.port_holders(port)
+        if hs:
+            held.append(f"port {port} is held by " + ", ".join(h.describe() for h in hs))
+    gpu_list = sorted(set(t.devices))
+    if gpu_list:
+        hs = gpus.gpu_holders(vendor(t), gpu_list)
+        if hs:
+            held.append(f"GPU {','.join(map(str, gpu_list))} memory is held by " + ", ".join(h.describe() for h in hs))
+    return held
+
+
+def conflicts_of(sf: StackFile, a: str, b: str) -> list[str]:
+    """What stacks a and b share (port, GPUs); [] when they can run together."""
+    return conflicts(sf)[a].get(b, [])

@@ -1,0 +1,1 @@
+"""`radiance setup` (placeholder replaced below)."""

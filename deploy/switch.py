@@ -1,0 +1,256 @@
+"""The vllm-switch state machine: stop what conflicts, wait until it is really gone, start, wait ready.
+
+    LOCKED -> PLANNED -> (REFUSED | STOPPING) -> DRAINING -> STARTING -> WAITING_READY -> READY
+                                                  \\ (timeout / unit failed) -> FAILED -> ROLLING_BACK
+                                                                               -> ROLLED_BACK | FAILED
+
+Held under a file lock (filelock: the kernel drops it when the holder dies, even on kill -9). State
+is read from systemd/podman//proc at every step (hoststate.py); the switch record written at the
+end (`record_switch`) is only for metrics and never read back.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from filelock import FileLock, Timeout
+
+from radiance import atomic, paths
+from radiance.deploy import hoststate, systemd
+from radiance.deploy.unitspec import DEFAULT_START_TIMEOUT_S, probe_url, unit_name
+from radiance.healthchecks import probe
+from radiance.healthchecks.state import record_switch
+from radiance.launcher.stack import StackFile
+
+DRAIN_TIMEOUT_S = 180.0
+POLL_S = 0.5
+
+
+class Phase(Enum):
+    LOCKED = "locked"
+    PLANNED = "planned"
+    REFUSED = "refused"
+    STOPPING = "stopping"
+    DRAINING = "draining"
+    STARTING = "starting"
+    WAITING_READY = "waiting_ready"
+    READY = "ready"
+    FAILED = "failed"
+    ROLLING_BACK = "rolling_back"
+    ROLLED_BACK = "rolled_back"
+
+
+_NEXT: dict[Phase, set[Phase]] = {
+    Phase.LOCKED: {Phase.PLANNED},
+    Phase.PLANNED: {Phase.REFUSED, Phase.STOPPING, Phase.DRAINING, Phase.WAITING_READY, Phase.READY},
+    Phase.STOPPING: {Phase.DRAINING},
+    Phase.DRAINING: {Phase.STARTING, Phase.FAILED, Phase.READY},
+    Phase.STARTING: {Phase.WAITING_READY, Phase.READY},
+    Phase.WAITING_READY: {Phase.READY, Phase.FAILED},
+    Phase.FAILED: {Phase.ROLLING_BACK},
+    Phase.ROLLING_BACK: {Phase.ROLLED_BACK, Phase.FAILED},
+    Phase.READY: set(), Phase.REFUSED: set(), Phase.ROLLED_BACK: set(),
+}
+
+
+class SwitchBusy(RuntimeError):
+    """Another vllm-switch holds the lock."""
+
+
+@dataclass
+class Outcome:
+    outcome: str  # ok / timeout / rolled_back / refused (the switch record's vocabulary)
+    message: str
+    phases: list[Phase] = field(default_factory=list)
+    journal: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return {"ok": 0, "refused": 4}.get(self.outcome, 1)
+
+
+def lock_path():
+    return paths.state_dir() / "vllm-switch.lock"
+
+
+class Switch:
+    def __init__(self, sf: StackFile, *, timeout: float | None = None, wait: bool = True, rollback: bool = True,
+                 lock_wait: float = 0.0, echo: Callable[[str], None] = print) -> None:
+        self.sf, self.timeout, self.wait, self.rollback = sf, timeout, wait, rollback
+        self.lock_wait, self._echo = lock_wait, echo
+        self.phases: list[Phase] = []
+        self.t0 = time.monotonic()
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def say(self, msg: str) -> None:
+        self._echo(f"[{time.monotonic() - self.t0:6.1f}s] {msg}")
+
+    def enter(self, phase: Phase) -> None:
+        if self.phases and phase not in _NEXT[self.phases[-1]]:
+            raise AssertionError(f"vllm-switch: illegal transition {self.phases[-1].value} -> {phase.value}")
+        self.phases.append(phase)
+
+    def _lock(self) -> FileLock:
+        path = lock_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(path))
+        try:
+            lock.acquire(timeout=self.lock_wait)
+        except Timeout:
+            holder = path.with_suffix(".holder")
+            who = holder.read_text().strip() if holder.exists() else "unknown"
+            raise SwitchBusy(f"another vllm-switch is running ({who}); it holds {path}. Wait for it, or pass "
+                             f"--lock-wait SECONDS to queue behind it") from None
+        atomic.write_text(path.with_suffix(".holder"), f"pid {os.getpid()}, started {time.ctime()}")
+        return lock
+
+    # -- steps ---------------------------------------------------------------------------------
+    def _wait_drained(self, stopped: list[str], target: str) -> list[str]:
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        last: list[str] = []
+        while True:
+            held = hoststate.still_held(self.sf, stopped, target)
+            if not held:
+                return []
+            if held != last:
+                self.say("waiting: " + "; ".join(held))
+                last = held
+            if time.monotonic() > deadline:
+                return held
+            time.sleep(POLL_S)
+
+    def _start_timeout(self, name: str) -> float:
+        if self.timeout is not None:
+            return self.timeout
+        return float(getattr(self.sf.get(name), "start_timeout_s", None) or DEFAULT_START_TIMEOUT_S)
+
+    def _wait_ready(self, name: str) -> tuple[bool, str]:
+        """(ready?, why not). Fails fast when the unit dies instead of waiting out the window."""
+        url, deadline = probe_url(self.sf.get(name)), time.monotonic() + self._start_timeout(name)
+        reason = "not probed yet"
+        while True:
+            st = systemd.state(unit_name(name))
+            if st.active in ("failed", "inactive") or st.sub == "auto-restart":
+                return False, f"{st.unit} is {st.active} ({st.sub}, result {st.result}) before answering"
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False, f"not ready within {self._start_timeout(name):g}s: {reason}"
+            r = probe.ready(url, None, timeout=max(min(10.0, left), 0.1))
+            if r.ok:
+                return True, r.reason
+            reason = r.reason
+            time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
+
+    def _stop(self, names: list[str]) -> None:
+        for n in names:
+            self.say(f"stopping {unit_name(n)}")
+            systemd.stop(unit_name(n))
+
+    def _start_and_wait(self, name: str) -> tuple[bool, str]:
+        self.say(f"starting {unit_name(name)}")
+        systemd.start(unit_name(name))
+        if not self.wait:
+            return True, "started (--no-wait: readiness not awaited)"
+        self.say(f"waiting for {name} to answer a 1-token completion at {probe_url(self.sf.get(name))}")
+        return self._wait_ready(name)
+
+    # -- the machine ---------------------------------------------------------------------------
+    def run(self, target: str) -> Outcome:
+        self.sf.get(target)  # unknown name: StackFileError before any lock or change
+        lock = self._lock()
+        self.enter(Phase.LOCKED)
+        try:
+            out = self._switch(target)
+        finally:
+            lock.release()
+        out.phases = list(self.phases)
+        return out
+
+    def _switch(self, target: str) -> Outcome:
+        self.enter(Phase.PLANNED)
+        views = hoststate.views(self.sf)
+        active = [n for n, v in views.items() if v.running]
+        clashing = [n for n in hoststate.conflicting(self.sf, target) if views[n].running]
+        previous = clashing[0] if clashing else next((n for n in active if n != target), None)
+        outcome = self._switch_planned(target, views, clashing)
+        record_switch(previous if previous != target else None, target, outcome.outcome,
+                      time.monotonic() - self.t0)
+        return outcome
+
+    def _switch_planned(self, target: str, views, clashing: list[str]) -> Outcome:
+        port = self.sf.get(target).port
+        strangers = hoststate.strangers_on_port(self.sf, port)
+        if strangers:
+            self.enter(Phase.REFUSED)
+            who = ", ".join(h.describe() for h in strangers)
+            return Outcome("refused", f"port {port} is held by {who}, which is not a radiance stack; "
+                                      f"not touching it. Stop it yourself or give {target} another port")
+        if views[target].running and not clashing:
+            self.say(f"{views[target].unit} is already {views[target].state.active}")
+            self.enter(Phase.WAITING_READY)
+            ok, why = self._wait_ready(target) if self.wait else (True, "--no-wait")
+            if ok:
+                self.enter(Phase.READY)
+                return Outcome("ok", f"{target} is active and ready: {why}")
+            return self._fail(target, [], why)
+        if clashing:
+            self.enter(Phase.STOPPING)
+            self._stop(clashing)
+        self.enter(Phase.DRAINING)
+        held = self._wait_drained(clashing, target)
+        if held:
+            return self._fail(target, clashing, "resources not released after stopping: " + "; ".join(held),
+                              started=False)
+        self.enter(Phase.STARTING)
+        ok, why = self._start_and_wait(target)
+        if ok:
+            self.enter(Phase.READY)
+            return Outcome("ok", f"{target} is ready: {why}")
+        return self._fail(target, clashing, why)
+
+    def _fail(self, target: str, previous: list[str], why: str, started: bool = True) -> Outcome:
+        self.enter(Phase.FAILED)
+        self.say(f"FAILED: {why}")
+        journal = systemd.journal_tail(unit_name(target), 30) if started else ""
+        if journal:
+            self.say(f"last journal lines of {unit_name(target)}:\n{journal}")
+        if started:
+            # It may hold the GPUs/port while loading; the previous stack cannot start beside it.
+            self._stop([target])
+        if not (self.rollback and previous):
+            note = "" if previous else " (nothing was active before, nothing to roll back to)"
+            return Outcome("timeout", f"{target}: {why}{note}", journal=journal)
+        self.enter(Phase.ROLLING_BACK)
+        self.say(f"rolling back to {', '.join(previous)}")
+        held = self._wait_drained([target], previous[0])
+        results = [self._start_and_wait(p) for p in previous] if not held else [(False, "; ".join(held))]
+        if all(ok for ok, _ in results):
+            self.enter(Phase.ROLLED_BACK)
+            return Outcome("rolled_back", f"{target}: {why}; rolled back to {', '.join(previous)}", journal=journal)
+        self.enter(Phase.FAILED)
+        return Outcome("timeout", f"{target}: {why}; rollback to {', '.join(previous)} failed too: "
+                                  + "; ".join(w for ok, w in results if not ok), journal=journal)
+
+
+def stop_all(sf: StackFile, names: list[str] | None, echo: Callable[[str], None] = print,
+             lock_wait: float = 0.0) -> list[str]:
+    """Stop the named (default: every running) radiance stack and wait until their resources are
+    free. Returns what is still held (empty on success)."""
+    sw = Switch(sf, lock_wait=lock_wait, echo=echo)
+    lock = sw._lock()
+    try:
+        running = [n for n, v in hoststate.views(sf).items() if v.running and (not names or n in names)]
+        if not running:
+            sw.say("no radiance stack is running")
+            return []
+        sw._stop(running)
+        held: list[str] = []
+        for n in running:
+            held += sw._wait_drained(running, n)
+        return sorted(set(held))
+    finally:
+        lock.release()

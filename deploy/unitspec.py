@@ -1,0 +1,171 @@
+"""What a rendered unit says about one stack: the only place stack fields become unit settings.
+
+`unit_spec(stack, ...)` turns a `radiance.launcher.stack.Stack` into the flat values the jinja2
+templates in `units/` print; `conflicts(stackfile)` derives which stacks cannot run together
+(a shared GPU index or a shared port). vllm-switch reads the same two functions, so the units and
+the switcher never disagree about names, ports, GPUs or conflicts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from radiance import paths
+from radiance.launcher.stack import Stack, StackFile
+
+DEFAULT_HOST = "127.0.0.1"
+# Model load + kernel build + graph compile of a 27B model took minutes in the field; be generous.
+DEFAULT_START_TIMEOUT_S = 1800
+# Grace vLLM gets after SIGTERM before podman/systemd kill it; TimeoutStopSec adds a margin on top.
+DEFAULT_STOP_GRACE_S = 90
+CONTAINER_STACKS_PATH = "/etc/radiance/stacks.yaml"
+
+
+def unit_name(stack_name: str) -> str:
+    return f"radiance-{stack_name}.service"
+
+
+def vendor(stack: Stack) -> str:
+    """rocm / nvidia / cpu, from the stack's arch."""
+    if stack.arch == "cpu":
+        return "cpu"
+    if stack.arch.startswith("gfx"):
+        return "rocm"
+    if stack.arch.startswith("sm_"):
+        return "nvidia"
+    raise ValueError(f"stack {stack.name!r}: arch {stack.arch!r} has no known GPU vendor")
+
+
+def bind_host(stack: Stack) -> str:
+    return stack.host or DEFAULT_HOST
+
+
+def probe_url(stack: Stack) -> str:
+    host = bind_host(stack)
+    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    return f"http://{host}:{stack.port}"
+
+
+def model_path(stack: Stack) -> Path:
+    p = Path(stack.model).expanduser()
+    return p if p.is_absolute() else paths.models_dir() / p
+
+
+def _shares(a: Stack, b: Stack) -> list[str]:
+    why = []
+    if a.port == b.port:
+        why.append(f"port {a.port}")
+    gpus = sorted(set(a.devices) & set(b.devices))
+    if gpus:
+        why.append(f"GPU {','.join(map(str, gpus))}")
+    return why
+
+
+def conflicts(sf: StackFile) -> dict[str, dict[str, list[str]]]:
+    """{stack: {other stack: [what they share]}} for every pair sharing a port or a GPU index."""
+    out: dict[str, dict[str, list[str]]] = {name: {} for name in sf.stacks}
+    names = sorted(sf.stacks)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            why = _shares(sf.stacks[a], sf.stacks[b])
+            if why:
+                out[a][b] = why
+                out[b][a] = why
+    return out
+
+
+def default_launcher_bin() -> str:
+    """Absolute path of radiance-launch (systemd does not search a venv's bin)."""
+    beside = Path(sys.executable).parent / "radiance-launch"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("radiance-launch")
+    return found or "/usr/local/bin/radiance-launch"
+
+
+@dataclass
+class UnitSpec:
+    name: str
+    unit: str
+    runtime: str
+    vendor: str
+    gpus: list[int]
+    host: str
+    port: int
+    container: str
+    image: str | None
+    command: list[str]
+    env: dict[str, str]
+    mounts: list[str]
+    device_args: list[str]
+    quadlet_devices: list[str]
+    labels: dict[str, str]
+    conflicts: list[str]
+    stacks_path: str
+    podman: str
+    start_timeout_s: int = DEFAULT_START_TIMEOUT_S
+    stop_grace_s: int = DEFAULT_STOP_GRACE_S
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def stop_timeout_s(self) -> int:
+        return self.stop_grace_s + 30
+
+
+def _devices(vend: str, gpus: list[int]) -> tuple[list[str], list[str], dict[str, str]]:
+    """(podman run args, Quadlet lines, env) that pass the stack's GPUs into the container."""
+    visible = ",".join(map(str, gpus))
+    if vend == "rocm":
+        return (["--device /dev/kfd", "--device /dev/dri", "--group-add video", "--ipc=host"],
+                ["AddDevice=/dev/kfd", "AddDevice=/dev/dri", "GroupAdd=video", "PodmanArgs=--ipc=host"],
+                {"HIP_VISIBLE_DEVICES": visible})
+    if vend == "nvidia":
+        return (["--device nvidia.com/gpu=all"], ["AddDevice=nvidia.com/gpu=all"],
+                {"CUDA_VISIBLE_DEVICES": visible})
+    return [], [], {}
+
+
+def unit_spec(sf: StackFile, name: str, *, mode: str = "prod", launcher_bin: str | None = None,
+              podman_bin: str = "/usr/bin/podman") -> UnitSpec:
+    stack = sf.get(name)
+    stacks_path = str(Path(sf.path).resolve()) if sf.path else CONTAINER_STACKS_PATH
+    vend = vendor(stack)
+    dev_args, quadlet_devs, env = _devices(vend, list(stack.devices))
+    env = {**env, **{k: str(v) for k, v in stack.env.items()}}
+    others = conflicts(sf)[name]
+    common = dict(
+        # start_timeout_s: a stack field when the schema has it, else the generous default.
+        start_timeout_s=int(getattr(stack, "start_timeout_s", None) or DEFAULT_START_TIMEOUT_S),
+        name=name, unit=unit_name(name), runtime=stack.runtime, vendor=vend, gpus=list(stack.devices),
+        host=bind_host(stack), port=stack.port, container=stack.container_name, image=stack.image,
+        conflicts=[unit_name(o) for o in sorted(others)], stacks_path=stacks_path, podman=podman_bin,
+        labels={"radiance.stack": name, "radiance.unit": unit_name(name), "radiance.port": str(stack.port)},
+    )
+    if stack.runtime == "native":
+        cmd = [launcher_bin or default_launcher_bin(), name, "--mode", mode, "--stacks", stacks_path]
+        return UnitSpec(command=cmd, env=env, mounts=[], device_args=[], quadlet_devices=[], **common)
+
+    # podman: every host path the launcher reads is mounted at the same path, so the stack file
+    # means the same thing inside the container; the model is read-only, caches are writable.
+    home = str(paths.home())
+    env["RADIANCE_HOME"] = home
+    mounts = [f"{stacks_path}:{CONTAINER_STACKS_PATH}:ro", f"{model_path(stack)}:{model_path(stack)}:ro"]
+    if stack.drafter is not None and stack.drafter.model:
+        d = Path(stack.drafter.model).expanduser()
+        d = d if d.is_absolute() else paths.models_dir() / d
+        mounts.append(f"{d}:{d}:ro")
+    for cache in (paths.kernel_cache_dir(), paths.compile_cache_root(), paths.state_dir()):
+        mounts.append(f"{cache}:{cache}")
+    if stack.cache_dir:
+        c = Path(stack.cache_dir).expanduser()
+        mounts.append(f"{c}:{c}")
+    if stack.chat_template:
+        t = Path(stack.chat_template).expanduser()
+        t = t if t.is_absolute() else Path(stacks_path).parent / t
+        mounts.append(f"{t}:{t}:ro")
+    cmd = ["radiance-launch", name, "--mode", mode, "--stacks", CONTAINER_STACKS_PATH]
+    return UnitSpec(command=cmd, env=env, mounts=mounts, device_args=dev_args, quadlet_devices=quadlet_devs,
+                    extra={"home": home}, **common)

@@ -1,0 +1,141 @@
+"""podman for tests: the containers.conf this machine needs, cached images, always-removed containers.
+
+Fixtures (session scope):
+    podman_conf        CONTAINERS_CONF set for the session (runc + cgroupfs, FACTS.md); skips/fails
+                       by the tool rule when podman is missing
+    radiance_wheel     a wheel of the working tree (radiance, --no-deps), built once per session
+    systemd_image      debootstrap base (cached tarball) + radiance's runtime deps copied from this
+                       venv; keyed by base and dependency versions, so a second run reuses it
+
+Cost: first build of the systemd base ~90 s (debootstrap), the deps layer ~20 s; both cached in
+$RADIANCE_HOME/images and podman's store, later runs pay ~0 s for images.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from radiance import paths
+from radiance.testing.tools import require, require_tool
+
+CONTAINERS_CONF = """\
+[containers]
+default_ulimits = []
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+"""
+REPO = Path(__file__).resolve().parents[2]
+SITE = "/opt/radiance/lib/python3.11/site-packages"
+
+
+def podman(*args: str, check: bool = True, timeout: float | None = 300, **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, **kw)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"podman {' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+def remove_container(name: str) -> None:
+    podman("rm", "--force", "--ignore", "--time", "0", name, check=False)
+
+
+@pytest.fixture(scope="session")
+def podman_conf() -> Path:
+    require_tool("podman", "runc")
+    conf = paths.home() / "podman" / "containers.conf"
+    if not conf.exists() or conf.read_text() != CONTAINERS_CONF:
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        conf.write_text(CONTAINERS_CONF)
+    old = os.environ.get("CONTAINERS_CONF")
+    os.environ["CONTAINERS_CONF"] = str(conf)
+    r = podman("info", "--format", "{{.Host.OCIRuntime.Name}}", check=False)
+    require(r.returncode == 0, f"podman does not work here with {conf}: {r.stderr.strip()[-300:]}")
+    yield conf
+    if old is None:
+        os.environ.pop("CONTAINERS_CONF", None)
+    else:
+        os.environ["CONTAINERS_CONF"] = old
+
+
+@pytest.fixture(scope="session")
+def radiance_wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                        "-w", str(out), str(REPO)], capture_output=True, text=True)
+    assert r.returncode == 0, f"building the radiance wheel failed:\n{r.stderr[-2000:]}"
+    (wheel,) = out.glob("radiance-*.whl")
+    return wheel
+
+
+def _requirement_closure(root: str) -> list[metadata.Distribution]:
+    """radiance's runtime dependencies (no extras), as installed in this venv."""
+    seen: dict[str, metadata.Distribution] = {}
+    todo = [root]
+    while todo:
+        name = re.split(r"[\s<>=!~;\[(]", todo.pop(), maxsplit=1)[0]
+        key = name.lower().replace("_", "-")
+        if key in seen:
+            continue
+        dist = metadata.distribution(name)
+        seen[key] = dist
+        for req in dist.requires or []:
+            if ";" in req and "extra" in req.split(";", 1)[1]:
+                continue
+            if ";" in req and not _marker_true(req.split(";", 1)[1]):
+                continue
+            todo.append(req)
+    seen.pop("radiance", None)
+    return sorted(seen.values(), key=lambda d: d.metadata["Name"].lower())
+
+
+def _marker_true(marker: str) -> bool:
+    from packaging.markers import Marker  # vendored everywhere pip is; radiance does not depend on it
+
+    return Marker(marker.strip()).evaluate({"extra": ""})
+
+
+def _copy_dists(dists: list[metadata.Distribution], dest: Path) -> None:
+    for d in dists:
+        for f in d.files or []:
+            src = Path(d.locate_file(f)).resolve()
+            if not src.is_file() or ".." in f.parts or f.parts[0] == "bin":
+                continue
+            target = dest / f
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+
+
+@pytest.fixture(scope="session")
+def systemd_image(podman_conf) -> str:
+    require_tool("debootstrap")
+    from radiance.images import base
+
+    b = base.ensure_base("systemd", base.SYSTEMD_PACKAGES)
+    dists = _requirement_closure("radiance")
+    spec = b.ref + "\n" + "\n".join(f"{d.metadata['Name']}=={d.version}" for d in dists)
+    ref = f"localhost/radiance-systemd-test:{hashlib.sha256(spec.encode()).hexdigest()[:12]}"
+    if podman("image", "exists", ref, check=False).returncode == 0:
+        return ref
+    with tempfile.TemporaryDirectory(prefix="radiance-systemd-img-") as tmp:
+        ctx = Path(tmp)
+        _copy_dists(dists, ctx / "site")
+        (ctx / "Containerfile").write_text(
+            f"FROM {b.ref}\n"
+            "RUN python3 -m venv /opt/radiance\n"
+            f"COPY site/ {SITE}/\n"
+            "RUN systemctl mask systemd-logind.service getty.target console-getty.service\n"
+            'ENV PATH="/opt/radiance/bin:$PATH"\n'
+            'CMD ["/sbin/init"]\n')
+        podman("build", "--network=none", "-t", ref, str(ctx), timeout=600)
+    return ref
