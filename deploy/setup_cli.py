@@ -1,1 +1,0 @@
-"""`radiance setup` (placeholder replaced below)."""
