@@ -1,0 +1,225 @@
+"""Per-layer pq2 ops on NVIDIA (Triton): prepare the weights once after loading, then forward.
+
+No vLLM here: the plugin calls `prepare` / `forward` / `skinny_linear`; the benchmark and the gpu
+tests call them directly. Path and tiles come from `pq2_table`; the kernels from `triton/pq2_*`.
+
+Launch cost: prefill runs outside CUDA graphs, where Triton's Python launcher (argument binding,
+specialization keys) costs tens of µs per kernel. Each layer caches a launch plan per
+(kernel, tile, argument-alignment key): the compiled kernel, called directly after its first launch.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+import triton
+
+from radiance.kernels import pq2_table as table
+from radiance.kernels.triton.pq2_common import reduce_splits
+from radiance.kernels.triton.pq2_gemv import pq2_gemv_dp4a
+from radiance.kernels.triton.pq2_legacy import pq2_legacy_gemm
+from radiance.kernels.triton.pq2_planes import pq2_planes_gemm
+from radiance.kernels.triton.pq2_quant import GROUP, _quant_groups, quant_grid
+from radiance.kernels.triton.pq2_skinny import skinny_splitk_gemm
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # CPU interpreter: no PTX, no libdevice
+QUANT_GB = 4  # groups per quantization program
+REDUCE_BLOCK = 1024
+
+
+class _Launch:
+    """One kernel at one tile: the first call goes through Triton's launcher (compiles, binds);
+    later calls go straight to the compiled kernel with the same argument order."""
+
+    def __init__(self, fn, consts: dict, warps: int, stages: int):
+        self.fn, self.consts, self.warps, self.stages = fn, consts, warps, stages
+        self.compiled = None
+
+    def __call__(self, grid, *args):
+        if self.compiled is None or INTERPRET:
+            self.compiled = self.fn[grid](*args, **self.consts, num_warps=self.warps, num_stages=self.stages)
+        else:
+            # the compiled launcher takes exactly three grid dims and every argument, constexprs too
+            self.compiled[tuple(grid) + (1,) * (3 - len(grid))](*args, *self.consts.values())
+
+
+@dataclass
+class Pq2Layer:
+    """Prepared weights of one pq2 linear, and its launch plans."""
+
+    qweight: torch.Tensor  # [N, K/4] uint8
+    scales: torch.Tensor  # [N, K/128] f16
+    n: int
+    k: int
+    plans: dict = field(default_factory=dict)
+
+    @property
+    def qweight32(self) -> torch.Tensor:  # the same bytes as int32 words [N, K/16]
+        return self.qweight.view(torch.int32)
+
+    def plan(self, key, make) -> _Launch:
+        p = self.plans.get(key)
+        if p is None:
+            p = self.plans[key] = make()
+        return p
+
+
+def prepare(qweight: torch.Tensor, scales: torch.Tensor) -> Pq2Layer:
+    """Check and lay out one layer's weights for the kernels (once, after loading)."""
+    if qweight.dtype != torch.uint8 or qweight.dim() != 2:
+        raise ValueError(f"pq2 qweight must be [N, K/4] uint8, got {tuple(qweight.shape)} {qweight.dtype}")
+    n, k = qweight.shape[0], qweight.shape[1] * 4
+    if k % GROUP:
+        raise ValueError(f"pq2 K={k} is not a multiple of {GROUP}")
+    if tuple(scales.shape) != (n, k // GROUP):
+        raise ValueError(f"pq2 scales must be [N, K/128] = [{n}, {k // GROUP}], got {tuple(scales.shape)}")
+    if scales.device != qweight.device:
+        raise ValueError(f"pq2 qweight on {qweight.device} but scales on {scales.device}")
+    return Pq2Layer(qweight.contiguous(), scales.to(torch.float16).contiguous(), n, k)
+
+
+def _sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+
+
+def _family(device: torch.device) -> str:
+    if device.type != "cuda":
+        return ""
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
+
+def quantize_activations(x2: torch.Tensor, planes: bool, layer: Pq2Layer | None = None):
+    """x [M, K] -> (q int8 [M, K] natural or plane order, a f32 [M, G], t int32 [M, G])."""
+    m, k = x2.shape
+    q = torch.empty((m, k), dtype=torch.int8, device=x2.device)
+    a = torch.empty((m, k // GROUP), dtype=torch.float32, device=x2.device)
+    t = torch.empty((m, k // GROUP), dtype=torch.int32, device=x2.device)
+    key = ("quant", planes, x2.dtype, x2.data_ptr() % 16 == 0, x2.stride(0) % 16 == 0)
+
+    def make():
+        return _Launch(_quant_groups, {"GB": QUANT_GB, "PLANES": planes, "HW_RINT": not INTERPRET}, 4, 1)
+
+    launch = layer.plan(key, make) if layer is not None else make()
+    launch(quant_grid(m, k, QUANT_GB), x2, q, a, t, m, k, x2.stride(0))
+    return q, a, t
+
+
+def forward(layer: Pq2Layer, x: torch.Tensor, kernel_set: str | None = None,
+            path: str | None = None, tile: table.Tile | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x W^T for a pq2 layer (x [..., K] fp16/bf16/fp32 -> y in x's dtype).
+
+    `path` / `tile` force a choice (benchmarks, tests); by default the set and switches decide.
+    `out`: a contiguous [M, N] tensor of x's dtype to write into."""
+    if x.shape[-1] != layer.k:
+        raise ValueError(f"pq2 layer has K={layer.k}, input has last dim {x.shape[-1]}")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, layer.k)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    m = x2.shape[0]
+    if out is None:
+        y = torch.empty((m, layer.n), dtype=x.dtype, device=x.device)
+    elif out.shape != (m, layer.n) or out.dtype != x.dtype or not out.is_contiguous():
+        raise ValueError(f"pq2 out must be contiguous [{m}, {layer.n}] {x.dtype}, got {tuple(out.shape)} {out.dtype}")
+    else:
+        y = out
+    if m == 0:
+        return y.reshape(*lead, layer.n)
+    kernel_set = kernel_set or os.environ.get("RADIANCE_PQ2_KERNELS", "tuned")
+    chosen, split_k = table.select_path(kernel_set, m, os.environ)
+    path = path or chosen
+    if tile is None:
+        tile = table.tile_for(path, layer.n, layer.k, m, _sms(x.device), split_k, _family(x.device))
+    q, a, t = quantize_activations(x2, planes=path != "legacy", layer=layer)
+    if path == "legacy":
+        _run_legacy(layer, q, a, y, m, tile)
+    elif path == "planes":
+        _run_planes(layer, q, a, t, y, m, tile)
+    elif path == "dp4a":
+        if m != 1:
+            raise ValueError(f"the dp4a pq2 path is for M=1, got M={m}")
+        _run_dp4a(layer, q, a, t, y, tile)
+    else:
+        raise table.Pq2ConfigError(f"unknown pq2 path {path!r}")
+    return y.reshape(*lead, layer.n)
+
+
+def _reduce(layer: Pq2Layer, p: torch.Tensor, y: torch.Tensor, splits: int) -> None:
+    mn = y.numel()
+    launch = layer.plan(("reduce", splits, y.dtype),
+                        lambda: _Launch(reduce_splits, {"SPLITS": splits, "BLOCK": REDUCE_BLOCK}, 4, 1))
+    launch((triton.cdiv(mn, REDUCE_BLOCK),), p, y, mn)
+
+
+def _run_legacy(layer, q, a, y, m, tile: table.Tile) -> None:
+    launch = layer.plan(("legacy", tile, y.dtype),
+                        lambda: _Launch(pq2_legacy_gemm, {"BM": tile.bt, "BN": tile.bn}, tile.warps, tile.stages))
+    grid = (triton.cdiv(layer.n, tile.bn), triton.cdiv(m, tile.bt))
+    launch(grid, q, a, layer.qweight, layer.scales, y, m, layer.n, layer.k)
+
+
+def _run_planes(layer, q, a, t, y, m, tile: table.Tile) -> None:
+    p = y if tile.splits == 1 else torch.empty((tile.splits, m, layer.n), dtype=torch.float32, device=y.device)
+    launch = layer.plan(("planes", tile, y.dtype), lambda: _Launch(
+        pq2_planes_gemm, {"BN": tile.bn, "BT": tile.bt, "SPLITS": tile.splits, "STAGES": tile.stages},
+        tile.warps, tile.stages))
+    grid = (triton.cdiv(layer.n, tile.bn), triton.cdiv(m, tile.bt), tile.splits)
+    launch(grid, q, a, t, layer.qweight, layer.scales, y, p, m, layer.n, layer.k)
+    if tile.splits > 1:
+        _reduce(layer, p, y, tile.splits)
+
+
+def _run_dp4a(layer, q, a, t, y, tile: table.Tile) -> None:
+    p = y if tile.splits == 1 else torch.empty((tile.splits, layer.n), dtype=torch.float32, device=y.device)
+    launch = layer.plan(("dp4a", tile, y.dtype), lambda: _Launch(
+        pq2_gemv_dp4a, {"BN": tile.bn, "BC": tile.bc, "SPLITS": tile.splits, "STAGES": tile.stages,
+                        "ASM": not INTERPRET}, tile.warps, tile.stages))
+    grid = (triton.cdiv(layer.n, tile.bn), tile.splits)
+    launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, p, layer.n, layer.k)
+    if tile.splits > 1:
+        _reduce(layer, p, y, tile.splits)
+
+
+# ----------------------------------------------------------------------------- skinny bf16 GEMM
+_SKINNY_PLANS: dict = {}
+
+
+def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                  tile: table.SkinnyTile | None = None, force: bool = False) -> torch.Tensor:
+    """y = x W^T (+ bias) for an unquantized projection: the split-K GEMM where it applies
+    (few rows, narrow N), else torch's matmul (cuBLAS on NVIDIA)."""
+    k = x.shape[-1]
+    n = weight.shape[0]
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    if force and m > table.SKINNY_MAX_M:
+        raise ValueError(f"the skinny GEMM covers at most {table.SKINNY_MAX_M} rows, got M={m}")
+    if not (force or table.skinny_applies(m, n, k)) or m == 0:
+        y = x2 @ weight.t()
+    else:
+        if x2.stride(-1) != 1:
+            x2 = x2.contiguous()
+        if not weight.is_contiguous():
+            raise ValueError("skinny_linear needs a contiguous [N, K] weight (prepare it once after loading)")
+        tile = tile or table.SkinnyTile()
+        splits = triton.cdiv(k, tile.ksplit)
+        p = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
+        y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+        key = (tile, n, k, x.dtype, x2.data_ptr() % 16 == 0, x2.stride(0) % 16 == 0, weight.data_ptr() % 16 == 0)
+        launch = _SKINNY_PLANS.get(key)
+        if launch is None:
+            launch = _SKINNY_PLANS[key] = _Launch(
+                skinny_splitk_gemm, {"BM": 16, "BN": tile.bn, "BK": tile.bk, "KSPLIT": tile.ksplit}, tile.warps, 2)
+        launch((triton.cdiv(n, tile.bn), splits), x2, weight, p, m, n, k, x2.stride(0))
+        rkey = ("reduce", splits, x.dtype)
+        red = _SKINNY_PLANS.get(rkey)
+        if red is None:
+            red = _SKINNY_PLANS[rkey] = _Launch(reduce_splits, {"SPLITS": splits, "BLOCK": REDUCE_BLOCK}, 4, 1)
+        red((triton.cdiv(m * n, REDUCE_BLOCK),), p, y, m * n)
+    if bias is not None:
+        y = y + bias
+    return y.reshape(*lead, n)

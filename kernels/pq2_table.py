@@ -1,0 +1,141 @@
+"""pq2 kernel selection as data: which path runs for an M band under a kernel set, and the
+tile configuration of each path for a shape on a device. Pure Python (unit-tested on CPU);
+`pq2_ops` executes what this decides.
+
+Kernel sets (RADIANCE_PQ2_KERNELS):
+- legacy: the simplest correct kernel (`legacy`, one decode + int8 dot per group) everywhere,
+  cuBLAS for unquantized skinny projections;
+- exact: only paths bit-identical to legacy: the masked-plane tensor-core kernel without split-K
+  for M >= 2, legacy at M = 1 (the DP4A GEMV sums its groups in another order);
+- tuned: the fastest: DP4A GEMV at M = 1, masked-plane kernel with split-K where the grid is
+  small, the skinny split-K GEMM.
+A per-path switch (RADIANCE_PQ2_M1 / _SMALL / _PREFILL, RADIANCE_SKINNY_GEMM) overrides the set
+for its band, for paired before/after runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+SETS = ("tuned", "exact", "legacy")
+BANDS = ("m1", "small", "prefill")
+SMALL_MAX_M = 16
+
+# band -> (knob, allowed paths)
+SWITCHES = {
+    "m1": ("RADIANCE_PQ2_M1", ("dp4a", "legacy")),
+    "small": ("RADIANCE_PQ2_SMALL", ("planes", "legacy")),
+    "prefill": ("RADIANCE_PQ2_PREFILL", ("planes", "legacy")),
+}
+SET_PATHS = {
+    "tuned": {"m1": "dp4a", "small": "planes", "prefill": "planes"},
+    "exact": {"m1": "legacy", "small": "planes", "prefill": "planes"},
+    "legacy": {"m1": "legacy", "small": "legacy", "prefill": "legacy"},
+}
+
+
+class Pq2ConfigError(ValueError):
+    """A kernel-set or switch value that names no path."""
+
+
+def band(m: int) -> str:
+    if m < 1:
+        raise ValueError(f"pq2 matmul with M={m} rows: M must be >= 1")
+    return "m1" if m == 1 else "small" if m <= SMALL_MAX_M else "prefill"
+
+
+def check_set(kernel_set: str) -> str:
+    if kernel_set not in SETS:
+        raise Pq2ConfigError(f"RADIANCE_PQ2_KERNELS={kernel_set!r}: use one of {', '.join(SETS)}")
+    return kernel_set
+
+
+def select_path(kernel_set: str, m: int, env: dict[str, str]) -> tuple[str, bool]:
+    """-> (path, split_k_allowed) for M rows. `env` holds the switches (os.environ or a test dict)."""
+    b = band(m)
+    path = SET_PATHS[check_set(kernel_set)][b]
+    name, allowed = SWITCHES[b]
+    raw = env.get(name, "")
+    if raw:
+        if raw not in allowed:
+            raise Pq2ConfigError(f"{name}={raw!r}: use one of {', '.join(allowed)} (or unset it to follow the set)")
+        path = raw
+    # split-K changes the fp32 summation order: off in `exact` (and meaningless for legacy)
+    return path, kernel_set == "tuned"
+
+
+def skinny_enabled(kernel_set: str, env: dict[str, str]) -> bool:
+    raw = env.get("RADIANCE_SKINNY_GEMM", "")
+    if raw:
+        if raw not in ("0", "1"):
+            raise Pq2ConfigError(f"RADIANCE_SKINNY_GEMM={raw!r}: use 1 (split-K Triton GEMM) or 0 (cuBLAS)")
+        return raw == "1"
+    return check_set(kernel_set) == "tuned"
+
+
+@dataclass(frozen=True)
+class Tile:
+    bn: int  # weight rows per program
+    bt: int = 16  # tokens per program (tensor-core paths)
+    bc: int = 8  # groups per step (DP4A GEMV)
+    splits: int = 1
+    warps: int = 4
+    stages: int = 3
+
+
+def _splits_for(programs: int, steps: int, sms: int, min_steps: int, cap: int = 16) -> int:
+    # split K until the grid holds ~2 waves, keeping >= min_steps loop steps per split
+    s = 1
+    while programs * s < 2 * sms and s * 2 <= cap and steps // (s * 2) >= min_steps:
+        s *= 2
+    return s
+
+
+# measured winners per (device family, path, n, k, m band): filled from bench/RESULTS-pq2.md
+TUNED: dict[tuple[str, str, int, int, str], Tile] = {}
+
+
+def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family: str = "") -> Tile:
+    """Tile configuration for a path on a shape: the measured table entry, else the heuristic."""
+    if k % 128:
+        raise ValueError(f"pq2 K={k} is not a multiple of the 128-group")
+    groups = k // 128
+    b = band(m)
+    t = TUNED.get((family, path, n, k, b))
+    if t is None:
+        if path == "dp4a":
+            t = Tile(bn=16, bc=8, warps=4, stages=3)
+            t = replace(t, splits=_splits_for(-(-n // t.bn), -(-groups // t.bc), sms, 2) if split_k else 1)
+        elif path == "planes":
+            if m <= 16:
+                t = Tile(bn=64, bt=16, warps=4, stages=3)
+            elif m <= 64:
+                t = Tile(bn=64, bt=32 if m <= 32 else 64, warps=4, stages=3)
+            else:
+                t = Tile(bn=128, bt=128, warps=8, stages=3)
+            programs = -(-n // t.bn) * -(-m // t.bt)
+            t = replace(t, splits=_splits_for(programs, groups, sms, 4) if split_k else 1)
+        elif path == "legacy":
+            t = Tile(bn=64, bt=16 if m <= 16 else 64, warps=4, stages=1)
+        else:
+            raise Pq2ConfigError(f"unknown pq2 path {path!r}")
+    if not split_k:
+        t = replace(t, splits=1)
+    return t
+
+
+@dataclass(frozen=True)
+class SkinnyTile:
+    bn: int = 32
+    bk: int = 128
+    ksplit: int = 256
+    warps: int = 4
+
+
+SKINNY_MAX_M = 16
+SKINNY_MAX_N = 256
+
+
+def skinny_applies(m: int, n: int, k: int) -> bool:
+    """The split-K GEMM only for few rows of a narrow projection; cuBLAS does the rest well."""
+    return m <= SKINNY_MAX_M and n <= SKINNY_MAX_N and k % 128 == 0

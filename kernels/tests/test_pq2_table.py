@@ -1,0 +1,115 @@
+"""pq2 dispatch logic (pure Python) and the Triton kernels' integer logic in Triton's CPU
+interpreter (TRITON_INTERPRET=1, in a subprocess so the real JIT elsewhere is untouched)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from radiance.kernels import pq2_table as table
+
+
+def test_bands():
+    assert [table.band(m) for m in (1, 2, 16, 17, 2048)] == ["m1", "small", "small", "prefill", "prefill"]
+    with pytest.raises(ValueError):
+        table.band(0)
+
+
+@pytest.mark.parametrize("kset,m,path,split", [
+    ("tuned", 1, "dp4a", True), ("tuned", 8, "planes", True), ("tuned", 512, "planes", True),
+    ("exact", 1, "legacy", False), ("exact", 8, "planes", False), ("exact", 2048, "planes", False),
+    ("legacy", 1, "legacy", False), ("legacy", 16, "legacy", False), ("legacy", 17, "legacy", False),
+])
+def test_set_paths(kset, m, path, split):
+    assert table.select_path(kset, m, {}) == (path, split)
+
+
+def test_switch_overrides_its_band_only():
+    env = {"RADIANCE_PQ2_SMALL": "legacy"}
+    assert table.select_path("tuned", 4, env)[0] == "legacy"
+    assert table.select_path("tuned", 1, env)[0] == "dp4a"
+    assert table.select_path("legacy", 1, {"RADIANCE_PQ2_M1": "dp4a"})[0] == "dp4a"
+
+
+def test_bad_values_name_the_knob():
+    with pytest.raises(table.Pq2ConfigError, match="RADIANCE_PQ2_KERNELS='fast'"):
+        table.select_path("fast", 1, {})
+    with pytest.raises(table.Pq2ConfigError, match="RADIANCE_PQ2_PREFILL='gluon'"):
+        table.select_path("tuned", 100, {"RADIANCE_PQ2_PREFILL": "gluon"})
+    with pytest.raises(table.Pq2ConfigError, match="RADIANCE_SKINNY_GEMM"):
+        table.skinny_enabled("tuned", {"RADIANCE_SKINNY_GEMM": "yes"})
+
+
+def test_skinny_switch():
+    assert table.skinny_enabled("tuned", {}) and not table.skinny_enabled("exact", {})
+    assert table.skinny_enabled("legacy", {"RADIANCE_SKINNY_GEMM": "1"})
+    assert table.skinny_applies(4, 96, 5120) and not table.skinny_applies(17, 96, 5120)
+    assert not table.skinny_applies(4, 4096, 5120)
+
+
+def test_split_k_fills_small_grids_only():
+    # few programs at M=4 on a narrow layer -> split; a wide layer needs none; exact never splits
+    assert table.tile_for("planes", 5120, 17408, 4, 132, True).splits > 1
+    assert table.tile_for("planes", 34816, 5120, 4, 132, True).splits == 1
+    assert table.tile_for("planes", 5120, 17408, 4, 132, False).splits == 1
+    t = table.tile_for("planes", 5120, 17408, 4, 132, True)
+    assert (17408 // 128) // t.splits >= 4
+    with pytest.raises(ValueError, match="multiple of the 128-group"):
+        table.tile_for("planes", 96, 100, 1, 132, True)
+
+
+def test_measured_table_wins():
+    t = table.Tile(bn=32, bt=16, splits=8)
+    table.TUNED[("sm_90", "planes", 5120, 6144, "small")] = t
+    try:
+        assert table.tile_for("planes", 5120, 6144, 4, 132, True, "sm_90") == t
+        assert table.tile_for("planes", 5120, 6144, 4, 132, False, "sm_90").splits == 1
+    finally:
+        del table.TUNED[("sm_90", "planes", 5120, 6144, "small")]
+
+
+INTERPRETED = textwrap.dedent("""
+    import torch
+    from radiance.kernels import pq2_ops, reference
+    from radiance.kernels.formats.pq2 import Pq2Tensors, pack_ternary
+    from radiance.kernels.pq2_table import Tile
+    torch.manual_seed(0)
+    for n, k, m, path, tile in [(40, 256, 3, "legacy", None), (40, 384, 1, "dp4a", None),
+                                (40, 384, 1, "dp4a", Tile(bn=16, bc=2, splits=2)), (70, 256, 5, "planes", None),
+                                (70, 512, 17, "planes", Tile(bn=32, bt=16, splits=3))]:
+        codes = torch.randint(0, 3, (n, k), dtype=torch.uint8)
+        qw = pack_ternary(codes)
+        x = torch.randint(-127, 128, (m, k)).float()
+        x.view(m, -1, 128)[:, :, 0] = 127.0  # activation scale 1: the output is the integer matmul
+        y = pq2_ops.forward(pq2_ops.prepare(qw, torch.ones(n, k // 128).half()), x, path=path, tile=tile)
+        assert torch.equal(y, (x.double() @ (codes.double() - 1).t()).float()), (path, n, k, m)
+        sc = (torch.rand(n, k // 128) * 0.02 + 1e-3).half()
+        xb = torch.randn(m, k)
+        y = pq2_ops.forward(pq2_ops.prepare(qw, sc), xb, path=path, tile=tile)
+        ref = reference.pq2_linear(xb, Pq2Tensors(qw, sc))
+        assert ((y - ref).norm() / ref.norm()).item() < 1e-5, (path, n, k, m)
+    x = torch.randn(5, 384) * 4
+    x[1, :128] = 0
+    rq, ra = reference.quant_int8_group(x)
+    for planes in (False, True):
+        q, a, t = pq2_ops.quantize_activations(x, planes=planes)
+        want = rq.view(5, -1, 32, 4).transpose(2, 3).reshape(5, 384) if planes else rq
+        assert torch.equal(q, want) and torch.equal(a, ra)
+        assert torch.equal(t, rq.view(5, -1, 128).int().sum(-1))
+    w = torch.randn(40, 512)
+    y = pq2_ops.skinny_linear(x[:, :256].repeat(1, 2), w, force=True)
+    ref = x[:, :256].repeat(1, 2).double() @ w.double().t()
+    assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-5
+    print("ok")
+""")
+
+
+def test_kernels_in_triton_interpreter():
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]

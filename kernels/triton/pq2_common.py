@@ -1,0 +1,38 @@
+"""Pieces every pq2 kernel shares, so that the float epilogue is one expression everywhere
+(the `exact` kernel set relies on kernels doing the same fp32 operations in the same order)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def group_acc(acc, idot, sa, sw):
+    # acc += (int dot * activation scale) * weight scale, one 128-group at a time, in group order
+    return acc + (idot.to(tl.float32) * sa) * sw
+
+
+@triton.jit
+def dp4a(a, b, c, ASM: tl.constexpr):
+    # c + sum_i byte_i(a) * byte_i(b), bytes signed. ASM: the PTX instruction (sm_61+); else the
+    # same integer function spelled out (the CPU interpreter cannot run inline PTX).
+    if ASM:
+        return tl.inline_asm_elementwise("dp4a.s32.s32 $0, $1, $2, $3;", constraints="=r,r,r,r",
+                                         args=[a, b, c], dtype=tl.int32, is_pure=True, pack=1)
+    else:
+        r = c
+        for i in tl.static_range(4):
+            r += ((a << (24 - 8 * i)) >> 24) * ((b << (24 - 8 * i)) >> 24)
+        return r
+
+
+@triton.jit(do_not_specialize=["MN"])
+def reduce_splits(P, Y, MN, SPLITS: tl.constexpr, BLOCK: tl.constexpr):
+    # fixed-order sum of the split-K partials P[SPLITS, MN] (fp32), rounded once into Y's dtype
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < MN
+    acc = tl.load(P + offs, mask=mask, other=0.0)
+    for z in tl.static_range(1, SPLITS):
+        acc += tl.load(P + z * MN + offs, mask=mask, other=0.0)
+    tl.store(Y + offs, acc.to(Y.dtype.element_ty), mask=mask)

@@ -1,0 +1,52 @@
+"""The pq2 tensor-core kernel in plain Triton (`tl.dot`), for small batches and prefill.
+
+Per 128-group, four masked-plane int8 dots of K = 32: plane s of the weight bytes,
+(w >> 2s) & 3 as int8 [BN, 32], times the plane-ordered activations [32, BT] of that plane.
+Their int32 sum minus the group sum of q is the exact ternary dot; the float epilogue is
+`group_acc`, groups in order. Weight rows are the MMA's M side and tokens its N side, so a
+16-token tile wastes nothing at M = 16.
+
+SPLITS > 1 splits the groups over the grid's third axis: each split writes fp32 partials that
+`reduce_splits` sums in split order (deterministic, but not bit-identical to SPLITS = 1).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from radiance.kernels.triton.pq2_common import group_acc
+
+
+@triton.jit(do_not_specialize=["M"])
+def pq2_planes_gemm(Q, S, T, W, WS, Y, P, M, N, K,
+                    BN: tl.constexpr, BT: tl.constexpr, SPLITS: tl.constexpr, STAGES: tl.constexpr):
+    groups = K // 128
+    n = tl.program_id(0) * BN + tl.arange(0, BN)
+    m = tl.program_id(1) * BT + tl.arange(0, BT)
+    z = tl.program_id(2)
+    b = tl.arange(0, 32)
+    nm, mm = n < N, m < M
+    per = tl.cdiv(groups, SPLITS)
+    g0 = z * per
+    g1 = tl.minimum(groups, g0 + per)
+    acc = tl.zeros((BN, BT), tl.float32)
+    wrow = W + n[:, None] * (K // 4) + b[None, :]
+    qcol = Q + m[None, :] * K + b[:, None]
+    for g in tl.range(g0, g1, num_stages=STAGES):
+        w = tl.load(wrow + g * 32, mask=nm[:, None], other=0).to(tl.int32)
+        idot = tl.zeros((BN, BT), tl.int32)
+        for s in tl.static_range(4):
+            a = ((w >> (2 * s)) & 3).to(tl.int8)
+            q = tl.load(qcol + g * 128 + s * 32, mask=mm[None, :], other=0)
+            idot = tl.dot(a, q, idot, out_dtype=tl.int32)
+        t = tl.load(T + m * groups + g, mask=mm, other=0)
+        sa = tl.load(S + m * groups + g, mask=mm, other=0.0)
+        sw = tl.load(WS + n * groups + g, mask=nm, other=0.0).to(tl.float32)
+        acc = group_acc(acc, idot - t[None, :], sa[None, :], sw[:, None])
+    out = tl.trans(acc)  # [BT, BN]: rows of Y, stored along N
+    mask = mm[:, None] & nm[None, :]
+    if SPLITS == 1:
+        tl.store(Y + m[:, None] * N + n[None, :], out.to(Y.dtype.element_ty), mask=mask)
+    else:
+        tl.store(P + z * M * N + m[:, None] * N + n[None, :], out, mask=mask)
