@@ -162,21 +162,20 @@ def wait_ready(
 
     Returns the passing result (latency_s = time from the first attempt until ready) or the last
     failing one with the window named in its reason. Each attempt's timeout is cut to what is left
-    of the window, so the call returns within `startup_s` (+ one connect).
+    of the window, and no attempt starts after it, so the call returns within `startup_s`.
     """
     if startup_s <= 0 or interval_s <= 0:
         raise ValueError(f"startup_s and interval_s must be > 0, got {startup_s}, {interval_s}")
     start = time.monotonic()
     end = start + startup_s
     while True:
-        left = end - time.monotonic()
-        result = ready(url, model, timeout=max(min(timeout, left), 0.001))
+        result = ready(url, model, timeout=min(timeout, end - time.monotonic()))
         if on_attempt:
             on_attempt(result)
         if result.ok:
             return ProbeResult(True, result.reason, time.monotonic() - start)
-        left = end - time.monotonic()
-        if left <= 0:
+        next_at = time.monotonic() + interval_s
+        if next_at >= end:  # no room for another attempt: report this one's reason
             return ProbeResult(False, f"{result.reason} (startup window of {startup_s:g}s ran out)",
                                time.monotonic() - start)
-        time.sleep(min(interval_s, left))
+        time.sleep(next_at - time.monotonic())

@@ -1,0 +1,210 @@
+"""The exporter's metrics from real probes of small HTTP servers and real state files."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from radiance.healthchecks import exporter, state
+from radiance.testing.tools import require
+
+STACKS_YAML = """\
+version: 1
+stacks:
+  demo:
+    arch: cpu
+    model: qwen-paroquant
+    quant: paroquant
+    served_name: demo
+    port: {demo_port}
+  paro:
+    arch: sm_86
+    model: big-paro
+    quant: paroquant
+    served_name: qwen
+    devices: [0, 1]
+    tp: 2
+    port: {paro_port}
+  pq2:
+    arch: sm_86
+    model: big-pq2
+    quant: pq2
+    devices: [2]
+    port: {pq2_port}
+"""
+
+
+def _samples(registry) -> dict[tuple[str, frozenset], float]:
+    text = generate_latest(registry).decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def _value(samples, name, **labels) -> float:
+    matches = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls]
+    assert len(matches) == 1, f"{name}{labels}: {len(matches)} samples"
+    return matches[0]
+
+
+@pytest.fixture
+def stacks(tmp_path, openai_server, free_port):
+    demo = openai_server(models=["demo"])  # ready
+    paro = openai_server(health=503)  # starting
+    pq2_port = free_port()  # down
+    f = tmp_path / "stacks.yaml"
+    f.write_text(STACKS_YAML.format(demo_port=demo.port, paro_port=paro.port, pq2_port=pq2_port))
+    return f, demo, paro
+
+
+def test_stack_health_labels_and_probe_latency(stacks, tmp_path):
+    f, demo, paro = stacks
+    targets = exporter.targets_from_stacks(f)
+    assert [(t.name, t.gpus, t.model) for t in targets] == [("demo", "none", "demo"), ("paro", "0,1", "qwen"),
+                                                             ("pq2", "2", None)]
+    registry, prober = exporter.build(targets, probe_timeout_s=3, state_root=tmp_path / "state")
+
+    before = _samples(registry)
+    assert not [k for k in before if k[0] in ("radiance_up", "radiance_ready")], "no guess before the first probe"
+
+    prober.round()
+    s = _samples(registry)
+    assert _value(s, "radiance_up", stack="demo", port=str(demo.port), gpus="none", model="demo") == 1
+    assert _value(s, "radiance_ready", stack="demo") == 1
+    assert _value(s, "radiance_up", stack="paro", gpus="0,1") == 0
+    assert _value(s, "radiance_ready", stack="paro") == 0
+    assert _value(s, "radiance_up", stack="pq2") == 0
+    assert _value(s, "radiance_probe_latency_seconds_count", stack="demo", probe="ready") == 1
+    assert _value(s, "radiance_probe_latency_seconds_count", stack="paro", probe="live") == 1
+    assert not [k for k in s if k[0] == "radiance_probe_latency_seconds_count" and ("stack", "paro") in k[1]
+                and ("probe", "ready") in k[1]], "a stack that is not live gets no ready probe"
+
+    paro.behaviour.health = 200
+    paro.behaviour.models = ["qwen"]
+    prober.round()
+    s = _samples(registry)
+    assert _value(s, "radiance_ready", stack="paro") == 1
+    assert _value(s, "radiance_probe_latency_seconds_count", stack="demo", probe="ready") == 2
+
+
+def test_switch_metrics_from_state_files(stacks, tmp_path):
+    f, *_ = stacks
+    root = tmp_path / "state"
+    registry, _ = exporter.build(exporter.targets_from_stacks(f), state_root=root)
+    s = _samples(registry)
+    assert _value(s, "radiance_switches_total", to="paro", outcome="ok") == 0, "zeros exist before any switch"
+    assert all(v == 0 for (n, _), v in s.items() if n == "radiance_active")
+
+    state.record_switch(None, "demo", "ok", 42.0, at=1000.0, root=root)
+    state.record_switch("demo", "paro", "timeout", 650.0, at=2000.0, root=root)
+    state.record_switch("paro", "pq2", "rolled_back", 700.0, at=3000.0, root=root)
+    state.record_switch("paro", "demo", "refused", 0.2, at=4000.0, root=root)
+    s = _samples(registry)
+    assert _value(s, "radiance_switches_total", to="demo", outcome="ok") == 1
+    assert _value(s, "radiance_switches_total", to="pq2", outcome="rolled_back") == 1
+    assert _value(s, "radiance_switches_total", to="demo", outcome="refused") == 1
+    # rolled back to `paro`; the later refusal started nothing
+    assert _value(s, "radiance_active", stack="paro") == 1
+    assert _value(s, "radiance_active", stack="demo") == 0
+    assert _value(s, "radiance_switch_duration_seconds_count", outcome="timeout") == 1
+    assert _value(s, "radiance_switch_duration_seconds_bucket", outcome="timeout", le="600.0") == 0
+    assert _value(s, "radiance_switch_duration_seconds_bucket", outcome="timeout", le="1200.0") == 1
+    assert _value(s, "radiance_switch_duration_seconds_sum", outcome="ok") == 42.0
+    assert _value(s, "radiance_last_switch_timestamp_seconds") == 4000.0
+
+
+def test_launch_metrics_from_state_files(stacks, tmp_path, caplog):
+    f, *_ = stacks
+    root = tmp_path / "state"
+    registry, _ = exporter.build(exporter.targets_from_stacks(f), state_root=root)
+    state.record_launch("demo", mode="eval", phases={"kernel_build": 0.0, "template": 0.01, "cache_key": 0.3},
+                        kernel_builds=0, kernel_cache_hits=3, cache_key="k1-eager", radiance_version="0.1.0",
+                        vllm_version="0.32.0", model="demo", exec_at=500.0, root=root)
+    s = _samples(registry)
+    assert _value(s, "radiance_launch_phase_seconds", stack="demo", phase="cache_key") == 0.3
+    assert not [k for k in s if ("phase", "exec_to_ready") in k[1]], "not ready yet: no exec_to_ready"
+    assert _value(s, "radiance_launch_kernel_cache_hits", stack="demo") == 3
+    assert _value(s, "radiance_launch_kernel_builds", stack="demo") == 0
+    assert _value(s, "radiance_launch_info", stack="demo", mode="eval", cache_key="k1-eager",
+                  radiance_version="0.1.0", vllm_version="0.32.0", model="demo") == 1
+
+    state.record_ready("demo", waited_s=37.0, at=537.5, root=root)
+    s = _samples(registry)
+    assert _value(s, "radiance_launch_phase_seconds", stack="demo", phase="exec_to_ready") == 37.5
+
+    # a stale ready record from before this launch does not count
+    state.record_launch("demo", mode="prod", phases={}, kernel_builds=1, kernel_cache_hits=0, cache_key="k2",
+                        radiance_version="0.1.0", vllm_version="0.32.0", model="demo", exec_at=900.0, root=root)
+    s = _samples(registry)
+    assert not [k for k in s if ("phase", "exec_to_ready") in k[1]]
+
+    # a broken file is reported (metric + one log line), the rest still exported
+    (root / "launch" / "junk.json").write_text("{")
+    with caplog.at_level(logging.WARNING, logger="radiance.exporter"):
+        s = _samples(registry)
+        s = _samples(registry)
+    assert _value(s, "radiance_state_file_errors", kind="launch") == 1
+    assert _value(s, "radiance_launch_kernel_builds", stack="demo") == 1
+    assert len([r for r in caplog.records if "junk.json" in r.message]) == 1
+
+
+def test_bad_stack_file_is_a_clear_error(tmp_path):
+    from radiance.launcher.stack import StackFileError
+
+    f = tmp_path / "stacks.yaml"
+    f.write_text("version: 1\nstacks:\n  demo:\n    arch: cpu\n    quant: paroquant\n    port: 1\n")
+    with pytest.raises(StackFileError, match=r"stacks.yaml:3: stacks.demo.model: required key is missing"):
+        exporter.targets_from_stacks(f)
+
+
+def test_exporter_command_serves_metrics_on_loopback(stacks, tmp_path, free_port):
+    f, demo, _ = stacks
+    radiance = Path(sys.executable).with_name("radiance")
+    require(radiance.exists(), f"{radiance} missing: install radiance into this environment (pip install -e .)")
+    port = free_port()
+    env = os.environ | {"RADIANCE_HOME": str(tmp_path / "home")}
+    proc = subprocess.Popen([str(radiance), "exporter", "--port", str(port), "--stacks", str(f), "--interval", "0.5",
+                             "--probe-timeout", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        text = ""
+        while time.monotonic() < deadline and 'radiance_ready{gpus="none",model="demo"' not in text:
+            assert proc.poll() is None, proc.stdout.read()
+            try:
+                text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+            except httpx.ConnectError:
+                pass
+            time.sleep(0.2)
+        assert f'radiance_ready{{gpus="none",model="demo",port="{demo.port}",stack="demo"}} 1.0' in text
+        with pytest.raises(httpx.ConnectError):  # bound to loopback only
+            httpx.get(f"http://{_non_loopback_ip()}:{port}/metrics", timeout=2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0, out
+    assert "serving http://127.0.0.1" in out
+
+
+def _non_loopback_ip() -> str:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # no packet is sent; picks the outbound interface
+            ip = s.getsockname()[0]
+        except OSError:
+            ip = "127.0.0.1"
+    require(not ip.startswith("127."), "no non-loopback address to check the loopback bind against")
+    return ip
