@@ -1,0 +1,249 @@
+"""Per-layer paroquant ops on NVIDIA (Triton): prepare once from checkpoint tensors, then forward.
+
+No vLLM here. `prepare` lays out the weights (triton/paro_gemm.repack), builds the rotation tables
+(triton/paro_rotate.build_tables) and reserves the split-K / dequant scratch (allocated here, at
+load time, never inside CUDA-graph capture). `forward(layer, x)` = prologue launch + GEMM launch:
+
+| capability | M <= RADIANCE_PQ_DECODE_MAX_M | M above |
+|---|---|---|
+| sm_80+ | split-K GEMM, 16..64-row tiles | tiled GEMM (W4A16 fp16, or W4A8 int8 with RADIANCE_PQ_I8=1) |
+| sm_75 | split-K GEMM, fp16, tiles fitted to 64 KB smem | dequant to fp16 scratch + cuBLAS (RADIANCE_PQ_SCRATCH_GEMM) |
+
+W4A8 needs int8 tensor-core dots (sm_80+); asking for it below is an error, not a fallback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import triton
+
+from radiance.kernels.formats.paroquant import GROUP_SIZE
+from radiance.kernels.triton import paro_gemm, paro_rotate
+from radiance.knobs import knob, knob_int
+
+MAX_PARTS = 3
+SMEM_LIMIT = {(7, 5): 64 * 1024, (8, 0): 163 * 1024, (8, 6): 99 * 1024, (8, 9): 99 * 1024, (9, 0): 227 * 1024}
+
+
+@dataclass(frozen=True)
+class Tile:
+    bm: int  # rows of x per program (the MMA's N side)
+    bn: int  # output columns per program (the MMA's M side)
+    warps: int
+    stages: int
+    split: int = 1
+
+
+def smem_bytes(t: Tile, act_bytes: int) -> int:
+    """Shared memory the GEMM asks for: pipelined weight + activation tiles per stage, plus the
+    dequantized weight operand staged once."""
+    return t.stages * (t.bn * 64 + t.bm * GROUP_SIZE * act_bytes) + t.bn * GROUP_SIZE * act_bytes
+
+
+def fit_tile(t: Tile, limit: int, act_bytes: int = 2) -> Tile:
+    """Halve stages (to 2), then BM (to 16), then BN (to 64) until the tile fits `limit` bytes."""
+    while smem_bytes(t, act_bytes) > limit:
+        if t.stages > 2:
+            t = Tile(t.bm, t.bn, t.warps, t.stages - 1, t.split)
+        elif t.bm > 16:
+            t = Tile(t.bm // 2, t.bn, t.warps, t.stages, t.split)
+        elif t.bn > 64:
+            t = Tile(t.bm, t.bn // 2, max(4, t.warps // 2), t.stages, t.split)
+        else:
+            raise ValueError(f"paroquant: no GEMM tile fits {limit} bytes of shared memory")
+    return t
+
+
+def smem_limit(cap: tuple[int, int]) -> int:
+    if cap in SMEM_LIMIT:
+        return SMEM_LIMIT[cap]
+    return SMEM_LIMIT[(9, 0)] if cap >= (9, 0) else SMEM_LIMIT[(8, 6)] if cap >= (8, 0) else SMEM_LIMIT[(7, 5)]
+
+
+def scratch_gemm_preferred(cap: tuple[int, int]) -> bool:
+    """Prefill through dequant-to-scratch + cuBLAS: by default below Ampere (the in-kernel dequant
+    tile that fits 64 KB is too small for the tensor cores); RADIANCE_PQ_SCRATCH_GEMM=0/1 overrides."""
+    raw = knob("RADIANCE_PQ_SCRATCH_GEMM")
+    if raw in (None, ""):
+        return cap < (8, 0)
+    if raw not in ("0", "1"):
+        raise ValueError(f"RADIANCE_PQ_SCRATCH_GEMM={raw!r}: use 0, 1 or leave it unset")
+    return raw == "1"
+
+
+def use_int8(cap: tuple[int, int]) -> bool:
+    raw = knob("RADIANCE_PQ_I8") or "0"
+    if raw not in ("0", "1"):
+        raise ValueError(f"RADIANCE_PQ_I8={raw!r}: use 0 or 1")
+    if raw == "1" and cap < (8, 0):
+        raise ValueError(f"RADIANCE_PQ_I8=1 needs int8 tensor-core dots (sm_80+); this GPU is sm_{cap[0]}{cap[1]}. "
+                         "Unset RADIANCE_PQ_I8 to serve W4A16")
+    return raw == "1"
+
+
+def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int]) -> Tile:
+    """Split-K tile for the decode band: enough programs for ~2 waves of the SMs."""
+    bm = min(64, max(16, triton.next_power_of_2(m)))
+    bn = 128
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    split = max(1, min(groups // 2, triton.cdiv(2 * sms, tiles), 16))
+    t = Tile(bm, bn, 4, 4, split)
+    return fit_tile(t, smem_limit(cap)) if cap < (9, 0) else t
+
+
+def prefill_tile(cap: tuple[int, int], i8: bool) -> Tile:
+    t = Tile(128, 128, 8, 3)
+    return fit_tile(t, smem_limit(cap), 1 if i8 else 2)
+
+
+@dataclass
+class Scratch:
+    part: torch.Tensor  # fp32 split-K partials
+    cnt: torch.Tensor  # int32 tickets, self-resetting
+    deq: torch.Tensor  # fp16 dequantized weight (scratch GEMM path)
+
+
+_SCRATCH: dict[torch.device, Scratch] = {}
+
+
+def reserve_scratch(device: torch.device, part_elems: int, deq_elems: int, cnt_elems: int = 1 << 16) -> Scratch:
+    """Grow the per-device scratch to at least these sizes. Call at load time: allocating inside
+    CUDA-graph capture would bake a transient address into the graph, so that is refused."""
+    device = torch.device(device)
+    cur = _SCRATCH.get(device)
+    if cur is not None and cur.part.numel() >= part_elems and cur.deq.numel() >= deq_elems \
+            and cur.cnt.numel() >= cnt_elems:
+        return cur
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("paroquant scratch must be reserved before CUDA-graph capture (prepare the layers first)")
+    part = max(part_elems, cur.part.numel() if cur else 0, 1)
+    deq = max(deq_elems, cur.deq.numel() if cur else 0, 1)
+    cnt = max(cnt_elems, cur.cnt.numel() if cur else 0)
+    s = Scratch(torch.empty(part, dtype=torch.float32, device=device),
+                torch.zeros(cnt, dtype=torch.int32, device=device),
+                torch.empty(deq, dtype=torch.float16, device=device))
+    _SCRATCH[device] = s
+    return s
+
+
+@dataclass
+class ParoLayer:
+    """One prepared paroquant linear (P <= 3 distinct rotations merged along N)."""
+
+    wb: torch.Tensor  # [G, N, 64] uint8
+    sc: torch.Tensor  # [G, N] f16
+    d: torch.Tensor  # [G, N] int8 (zero point - 8)
+    tables: paro_rotate.RotTables
+    bounds: tuple[int, int]  # first column of rotated copy 1 and 2 (1 << 30 if absent)
+    n: int
+    k: int
+    cap: tuple[int, int]
+    sms: int
+    decode_max_m: int
+    i8: bool
+    scratch_prefill: bool
+    bias: torch.Tensor | None = None
+    tiles: dict = field(default_factory=dict)
+
+    @property
+    def parts(self) -> int:
+        return self.tables.parts
+
+
+def _device_info(device: torch.device) -> tuple[tuple[int, int], int]:
+    if device.type != "cuda":
+        return (9, 0), 132  # the CPU interpreter: tiles as on the H200
+    props = torch.cuda.get_device_properties(device)
+    return (props.major, props.minor), props.multi_processor_count
+
+
+def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: list[torch.Tensor],
+            rotations: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], bounds: list[int] | None = None,
+            bias: torch.Tensor | None = None, cap: tuple[int, int] | None = None) -> ParoLayer:
+    """Checkpoint tensors of one linear (lists: one entry per weight piece, concatenated along N)
+    and its distinct rotations; `bounds` = first output column of rotated copies 1.. (len P-1)."""
+    parts = len(rotations)
+    bounds = list(bounds or [])
+    if not 1 <= parts <= MAX_PARTS or len(bounds) != parts - 1:
+        raise ValueError(f"paroquant: {parts} distinct rotations with boundaries {bounds}; "
+                         f"the GEMM takes 1..{MAX_PARTS} rotations and P-1 boundaries")
+    device = qweights[0].device
+    dcap, sms = _device_info(device)
+    cap = cap or dcap
+    wb, sc, d = paro_gemm.repack(qweights, qzeros, scales)
+    g, n, _ = wb.shape
+    k = g * GROUP_SIZE
+    for b in bounds:
+        if b % 128 or not 0 < b < n:
+            raise ValueError(f"paroquant: partition boundary {b} must be a multiple of 128 inside 0..{n} "
+                             "(a GEMM n-block must not straddle two rotations)")
+    layer = ParoLayer(wb.to(device), sc.to(device), d.to(device),
+                      paro_rotate.build_tables(rotations, device),
+                      tuple((bounds + [1 << 30, 1 << 30])[:2]), n, k, cap, sms,
+                      knob_int("RADIANCE_PQ_DECODE_MAX_M"), use_int8(cap), scratch_gemm_preferred(cap), bias)
+    part = max(decode_tile(m, n, g, sms, cap).split * m * n for m in range(1, layer.decode_max_m + 1))
+    deq = n * k if layer.scratch_prefill else 0
+    reserve_scratch(device, part, deq)
+    return layer
+
+
+def check_partitions(layer: ParoLayer, a: torch.Tensor) -> None:
+    """A rotated-activation stack must have exactly the layer's partition count: the GEMM indexes
+    copies by column block and would read past a short stack (a hang on the GPU, not a fault)."""
+    if a.dim() != 3 or a.shape[0] != layer.parts or a.shape[2] != layer.k:
+        raise ValueError(f"paroquant: activations {list(a.shape)} do not match the layer's "
+                         f"[{layer.parts}, M, {layer.k}] (partitions, rows, K)")
+
+
+def tile_for(layer: ParoLayer, m: int) -> Tile:
+    key = ("d", m) if m <= layer.decode_max_m else ("p",)
+    t = layer.tiles.get(key)
+    if t is None:
+        groups = layer.k // GROUP_SIZE
+        t = decode_tile(m, layer.n, groups, layer.sms, layer.cap) if key[0] == "d" else prefill_tile(layer.cap, layer.i8)
+        if layer.parts > 1:
+            while any(b < (1 << 30) and b % t.bn for b in layer.bounds):
+                t = Tile(t.bm, t.bn // 2, t.warps, t.stages, t.split)
+        layer.tiles[key] = t
+    return t
+
+
+def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor, rs: torch.Tensor,
+                 out_dtype: torch.dtype) -> torch.Tensor:
+    """y [M, N] from prologue outputs (a [P, M, K], s/rs [P, M, G])."""
+    check_partitions(layer, a)
+    m = a.shape[1]
+    t = tile_for(layer, m)
+    y = torch.empty(m, layer.n, dtype=out_dtype, device=a.device)
+    scr = _SCRATCH.get(a.device) if t.split > 1 else None
+    paro_gemm.gemm(a, s, rs, layer.wb, layer.sc, layer.d, y, bm=t.bm, bn=t.bn, split=t.split,
+                   pb1=layer.bounds[0], pb2=layer.bounds[1], part=scr.part if scr else None,
+                   cnt=scr.cnt if scr else None, num_warps=t.warps, num_stages=t.stages)
+    return y
+
+
+def _scratch_forward(layer: ParoLayer, x: torch.Tensor) -> torch.Tensor:
+    a, _, _ = paro_rotate.rotate(x, layer.tables, paro_rotate.PLAIN)
+    scr = _SCRATCH[x.device]
+    w = paro_gemm.dequant(layer.wb, layer.sc, layer.d, scr.deq[: layer.n * layer.k].view(layer.n, layer.k))
+    edges = [0] + [b for b in layer.bounds if b < layer.n] + [layer.n]
+    ys = [a[p] @ w[edges[p]:edges[p + 1]].t() for p in range(layer.parts)]
+    return (ys[0] if len(ys) == 1 else torch.cat(ys, dim=1)).to(x.dtype)
+
+
+def forward(layer: ParoLayer, x: torch.Tensor) -> torch.Tensor:
+    """y [M, N] = the layer applied to x [M, K] (bf16 / fp16 / fp32), plus bias."""
+    if x.dim() != 2 or x.shape[1] != layer.k:
+        raise ValueError(f"paroquant: expected input [M, {layer.k}], got {list(x.shape)}")
+    m = x.shape[0]
+    if m > layer.decode_max_m and layer.scratch_prefill:
+        y = _scratch_forward(layer, x)
+    else:
+        mode = paro_rotate.I8G if layer.i8 else paro_rotate.F16G
+        a, s, rs = paro_rotate.rotate(x, layer.tables, mode)
+        y = gemm_rotated(layer, a, s, rs, x.dtype)
+    if layer.bias is not None:
+        y += layer.bias.to(y.dtype)
+    return y

@@ -1,0 +1,87 @@
+"""The paroquant Triton kernels run under Triton's CPU interpreter against reference.py.
+
+TRITON_INTERPRET must be set before the kernels are decorated, so the checks run in a child
+process (this file as a script). Small shapes; every path the GPU takes: decode (split-K with the
+ticket reduction), prefill tiles, W4A16 and W4A8, merged P=2/3 partition select, the prologue's
+fp32 rotation, the dequant-to-scratch path. The interpreter rounds fp32 -> bf16 by truncation,
+so outputs are compared in fp16/fp32 here (bf16 output rounding is gated on the GPU).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def test_kernels_under_interpreter():
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1", RADIANCE_PQ_DECODE_MAX_M="64")
+    env.pop("RADIANCE_PQ_I8", None)
+    env.pop("RADIANCE_PQ_SCRATCH_GEMM", None)
+    proc = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "checks passed" in proc.stdout
+
+
+def _main() -> None:
+    import torch
+
+    from radiance.kernels import paro_ops as ops
+    from radiance.kernels import reference
+    from radiance.kernels.triton import paro_random as rnd
+    from radiance.kernels.triton import paro_rotate as pr
+
+    gen = torch.Generator().manual_seed(7)
+    failures = []
+
+    def check(name, err, tol):
+        print(f"{name}: {err:.2e} (tol {tol:.0e})")
+        if not err <= tol:
+            failures.append(name)
+
+    t = rnd.random_layer(256, 384, gen)
+    x = torch.randn(3, 384, generator=gen)
+    tab = pr.build_tables([rnd.rotation_of(t)])
+    a, _, _ = pr.rotate(x, tab, pr.ROT32)
+    check("prologue fp32", rnd.rel(a[0], reference.rotate(x, t.pairs, t.theta, t.channel_scales)), 1e-5)
+
+    q, s, rs = pr.rotate(x, tab, pr.I8G)
+    qr, sr = reference.quant_int8_group(reference.rotate(x, t.pairs, t.theta, t.channel_scales))
+    flips = int((q[0].int() - qr.int()).abs().gt(0).sum())
+    check("prologue int8 code flips", flips, 2)
+    check("prologue int8 scales", rnd.rel(s[0], sr), 1e-6)
+    check("prologue int8 row sums", rnd.rel(rs[0], q[0].float().view(3, -1, 128).sum(-1)), 0)
+
+    cases = [("P1 K2048 split", [rnd.random_layer(256, 2048, gen, krot=3)]),
+             ("P2", [rnd.random_layer(128, 384, gen), rnd.random_layer(256, 384, gen)]),
+             ("P3", [rnd.random_layer(256, 256, gen, krot=2), rnd.random_layer(128, 256, gen),
+                     rnd.random_layer(128, 256, gen, krot=5)])]
+    for i8 in (False, True):
+        os.environ["RADIANCE_PQ_I8"] = "1" if i8 else "0"
+        act = "int8_group" if i8 else None
+        for name, parts in cases:
+            qw, qz, sc, rots, bounds = rnd.merged(parts)
+            layer = ops.prepare(qw, qz, sc, rots, bounds)
+            for m in (1, 5, 70):
+                x = torch.randn(m, layer.k, generator=gen).to(torch.float16)
+                y = ops.forward(layer, x)
+                tile = ops.tile_for(layer, m)
+                check(f"{'W4A8' if i8 else 'W4A16'} {name} M={m} split={tile.split}",
+                      rnd.rel(y, rnd.reference_merged(x, parts, act)), 2e-3)
+    os.environ["RADIANCE_PQ_I8"] = "0"
+    os.environ["RADIANCE_PQ_SCRATCH_GEMM"] = "1"
+    qw, qz, sc, rots, bounds = rnd.merged(cases[1][1])
+    layer = ops.prepare(qw, qz, sc, rots, bounds, cap=(7, 5))
+    x = torch.randn(70, layer.k, generator=gen).to(torch.float16)
+    check("scratch+mm P2 M=70", rnd.rel(ops.forward(layer, x), rnd.reference_merged(x, cases[1][1], None)), 2e-3)
+    if failures:
+        print("FAILED:", failures)
+        sys.exit(1)
+    print("checks passed")
+
+
+if __name__ == "__main__":
+    _main()

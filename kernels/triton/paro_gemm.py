@@ -1,0 +1,146 @@
+"""ParoQuant int4 GEMM over prologue outputs: W4A16 (fp16 activations) and W4A8 (int8 activations).
+
+Weight layout (built once by `repack`): bytes Wb[G, N, 64]; byte t of (group g, column n) holds the
+code of k = g*128 + t in its low nibble and k = g*128 + 64 + t in its high nibble, so one group's
+tile is BN*64 contiguous bytes and each nibble plane is a contiguous 64-wide K slice (two dots, no
+register interleave). Zero points ride as d = zp - 8 (int8 [G, N]) beside the f16 scales [G, N]:
+4 + 24/128 bits per weight.
+
+Per group the loop does only the dots on (c - 8); the asymmetric zero point folds once per group
+and output with the activation row sums the prologue produced:
+
+    y[m, n] += S[m,g] * (sc[g,n] * dot_g(a, c-8)[m, n] - sc[g,n]*d[g,n] * RS[m,g])
+
+The dot is computed transposed (weights as the MMA's M side, rows of x as its N side), so a decode
+call with M = 1 pads to 16 rows, not 64. Merged linears: columns [pb1, pb2) read rotated copy 1 of
+the activations, [pb2, N) copy 2 -- chosen per n-block, so boundaries must be multiples of BN.
+Split-K (decode): partials go to a fp32 scratch, the last program of a tile (atomic ticket) sums
+them in split order and writes y; the ticket counter resets itself, so scratch and counters are
+allocated once, outside graph capture.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from radiance.kernels.formats.paroquant import GROUP_SIZE, unpack_awq
+
+
+def repack(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: list[torch.Tensor]):
+    """Checkpoint tensors of P partitions (concatenated along N) -> (Wb [G, N, 64] u8,
+    SC [G, N] f16, D [G, N] i8)."""
+    codes = torch.cat([unpack_awq(q) for q in qweights], dim=1)  # [K, N] u8
+    zeros = torch.cat([unpack_awq(z) for z in qzeros], dim=1)  # [G, N] u8
+    sc = torch.cat(list(scales), dim=1).to(torch.float16).contiguous()
+    k, n = codes.shape
+    g = k // GROUP_SIZE
+    c = codes.view(g, 2, 64, n)  # [G, half, t, N]
+    wb = (c[:, 0] | (c[:, 1] << 4)).permute(0, 2, 1).contiguous()  # [G, N, 64]
+    d = (zeros.to(torch.int16) - 8).to(torch.int8).contiguous()
+    return wb, sc, d
+
+
+@triton.jit
+def _paro_gemm_kernel(A, S, RS, W, SC, D, Y, PART, CNT,
+                      M, N, K, G, pb1, pb2, gps,
+                      BM: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr,
+                      A_INT8: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    n0 = pid_n * BN
+    prt = (n0 >= pb1).to(tl.int32) + (n0 >= pb2).to(tl.int32)
+    offs_n = n0 + tl.arange(0, BN)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_t = tl.arange(0, 64)
+    nmask = offs_n < N
+    mmask = offs_m < M
+    a_base = A + prt * M * K + offs_m[None, :] * K + offs_t[:, None]  # [64, BM]
+    s_base = prt * M * G + offs_m * G
+    g0 = pid_k * gps
+    g1 = tl.minimum(g0 + gps, G)
+    acc = tl.zeros((BN, BM), dtype=tl.float32)
+    for g in range(g0, g1):
+        w = tl.load(W + (g * N + offs_n[:, None]) * 64 + offs_t[None, :], mask=nmask[:, None], other=0x88)
+        a_lo = tl.load(a_base + g * 128, mask=mmask[None, :], other=0)
+        a_hi = tl.load(a_base + g * 128 + 64, mask=mmask[None, :], other=0)
+        if A_INT8:
+            lo = (w & 15).to(tl.int8) - 8
+            hi = (w >> 4).to(tl.int8) - 8
+            dg = tl.dot(lo, a_lo, out_dtype=tl.int32)
+            dg = tl.dot(hi, a_hi, dg, out_dtype=tl.int32)
+            dg = dg.to(tl.float32)
+        else:
+            lo = ((w & 15).to(tl.int8) - 8).to(tl.float16)
+            hi = ((w >> 4).to(tl.int8) - 8).to(tl.float16)
+            dg = tl.dot(lo, a_lo)
+            dg = tl.dot(hi, a_hi, dg)
+        sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0).to(tl.float32)
+        zs = sc * tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.float32)
+        s = tl.load(S + s_base + g, mask=mmask, other=0.0)
+        sr = s * tl.load(RS + s_base + g, mask=mmask, other=0.0)
+        acc += (dg * sc[:, None]) * s[None, :] - zs[:, None] * sr[None, :]
+    y_ptr = Y + offs_m[None, :] * N + offs_n[:, None]
+    ymask = nmask[:, None] & mmask[None, :]
+    if SPLIT == 1:
+        tl.store(y_ptr, acc.to(Y.dtype.element_ty), mask=ymask)
+    else:
+        mn = M * N
+        part = PART + offs_m[None, :] * N + offs_n[:, None]
+        tl.store(part + pid_k * mn, acc, mask=ymask)
+        tile = pid_n * tl.num_programs(0) + pid_m
+        ticket = tl.atomic_add(CNT + tile, 1, sem="acq_rel")
+        if ticket == SPLIT - 1:
+            tot = tl.zeros((BN, BM), dtype=tl.float32)
+            for z in range(SPLIT):
+                tot += tl.load(part + z * mn, mask=ymask, other=0.0, cache_modifier=".cg")
+            tl.store(y_ptr, tot.to(Y.dtype.element_ty), mask=ymask)
+            tl.atomic_xchg(CNT + tile, 0)
+
+
+def gemm(a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1: int, pb2: int,
+         part: torch.Tensor | None, cnt: torch.Tensor | None, num_warps: int, num_stages: int):
+    """y [M, N] = paroquant GEMM of prologue outputs a [P, M, K], s/rs [P, M, G]."""
+    _, m, k = a.shape
+    g, n, _ = wb.shape
+    gps = triton.cdiv(g, split)
+    split = triton.cdiv(g, gps)
+    grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), split)
+    if split > 1:
+        if part is None or cnt is None or part.numel() < split * m * n or cnt.numel() < grid[0] * grid[1]:
+            raise RuntimeError(
+                f"paroquant split-K scratch too small for split={split} M={m} N={n}; "
+                "reserve it with radiance.kernels.paro_ops.reserve_scratch before graph capture")
+    else:
+        part, cnt = y, y  # unused
+    _paro_gemm_kernel[grid](a, s, rs, wb, sc, d, y, part, cnt, m, n, k, g, pb1, pb2, gps,
+                            BM=bm, BN=bn, SPLIT=split, A_INT8=a.dtype == torch.int8,
+                            num_warps=num_warps, num_stages=num_stages)
+    return y
+
+
+@triton.jit
+def _dequant_kernel(W, SC, D, OUT, N, K, BN: tl.constexpr):
+    # OUT[n, k] = ((c - 8) - d) * sc in fp16: the dequant-to-scratch path (cuBLAS below Ampere)
+    g = tl.program_id(0)
+    offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
+    offs_t = tl.arange(0, 64)
+    nmask = offs_n < N
+    w = tl.load(W + (g * N + offs_n[:, None]) * 64 + offs_t[None, :], mask=nmask[:, None], other=0)
+    sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0).to(tl.float32)
+    d = tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.float32)
+    lo = (((w & 15).to(tl.float32) - 8.0) - d[:, None]) * sc[:, None]
+    hi = (((w >> 4).to(tl.float32) - 8.0) - d[:, None]) * sc[:, None]
+    base = OUT + offs_n[:, None] * K + g * 128 + offs_t[None, :]
+    tl.store(base, lo.to(tl.float16), mask=nmask[:, None])
+    tl.store(base + 64, hi.to(tl.float16), mask=nmask[:, None])
+
+
+def dequant(wb, sc, d, out: torch.Tensor) -> torch.Tensor:
+    """Wb/SC/D -> dense fp16 W [N, K] written into `out` (a preallocated scratch view)."""
+    g, n, _ = wb.shape
+    bn = 64
+    _dequant_kernel[(g, triton.cdiv(n, bn))](wb, sc, d, out, n, g * 128, BN=bn, num_warps=4)
+    return out

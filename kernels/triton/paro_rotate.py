@@ -1,0 +1,167 @@
+"""ParoQuant activation prologue: channel scale + krot Givens layers per 128-group, then the
+activation format the GEMM reads, for P differently rotated copies in one launch.
+
+One program per (128-group, row block, partition). A Givens layer's 64 pairs partition the group,
+so a layer is one gather: x' = c*x + s*x[partner] with s signed per position (+sin at the pair's
+i, -sin at its j); `RotTables` holds partner/cos/ssin per (partition, layer, channel), built once.
+
+Output modes (OUT_MODE):
+- 0 ROT32: the rotated activations in fp32 (the numerics gate against reference.rotate).
+- 1 F16G:  fp16 codes scaled per (row, group) by a power of two so the group amax lands in
+           [2^14, 2^15): exact scaling, no overflow whatever the activation range, no subnormals.
+           S = that power of two, RS = sum of the fp16 codes (fp32) -- the GEMM's W4A16 input.
+- 2 I8G:   int8 per (row, group), S = amax/127, q = clamp(rne(x / S), +-127), RS = integer sum of
+           q (exact in fp32) -- reference.quant_int8_group's numerics; the GEMM's W4A8 input.
+- 3 PLAIN: the rotated activations cast to fp16 with no scale (dequant-to-scratch + cuBLAS path).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+GROUP = 128
+ROT32, F16G, I8G, PLAIN = 0, 1, 2, 3
+_RNE_MAGIC = 12582912.0  # 1.5 * 2^23: (v + m) - m rounds |v| < 2^22 to nearest even in fp32
+
+
+@dataclass
+class RotTables:
+    """Per-partition rotation tables (device tensors), built once from checkpoint tensors."""
+
+    partner: torch.Tensor  # [P, krot, K] int32, partner channel within the 128-group
+    cos: torch.Tensor  # [P, krot, K] fp32
+    ssin: torch.Tensor  # [P, krot, K] fp32, +sin at a pair's first channel, -sin at its second
+    cs: torch.Tensor  # [P, K] fp32 channel scales (pre-inverted: multiply)
+
+    @property
+    def parts(self) -> int:
+        return int(self.partner.shape[0])
+
+    @property
+    def krot(self) -> int:
+        return int(self.partner.shape[1])
+
+    @property
+    def k(self) -> int:
+        return int(self.partner.shape[2])
+
+
+def build_tables(rotations: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], device=None) -> RotTables:
+    """rotations: per partition (pairs [krot, K] i16, theta [krot, K/2] f16, channel_scales [1, K]).
+    Partitions with fewer layers are padded with identity layers (partner = self, c = 1, s = 0)."""
+    krot = max(int(p.shape[0]) for p, _, _ in rotations)
+    k = int(rotations[0][0].shape[1])
+    parts = len(rotations)
+    partner = torch.arange(GROUP, dtype=torch.int32).repeat(k // GROUP).repeat(parts, krot, 1)
+    cos = torch.ones(parts, krot, k, dtype=torch.float32)
+    ssin = torch.zeros(parts, krot, k, dtype=torch.float32)
+    cs = torch.empty(parts, k, dtype=torch.float32)
+    for p, (pairs, theta, chs) in enumerate(rotations):
+        if int(pairs.shape[1]) != k:
+            raise ValueError(f"partition {p}: K={int(pairs.shape[1])} differs from partition 0's K={k}")
+        r = int(pairs.shape[0])
+        local = pairs.to(torch.int64).cpu().view(r, k // GROUP, GROUP)
+        base = (torch.arange(k // GROUP) * GROUP).view(1, -1, 1)
+        gi = (local[:, :, 0::2] + base).reshape(r, k // 2)
+        gj = (local[:, :, 1::2] + base).reshape(r, k // 2)
+        th = theta.cpu().to(torch.float32)
+        c, s = torch.cos(th), torch.sin(th)  # what reference.rotation_plan computes
+        for layer in range(r):
+            i, j = gi[layer], gj[layer]
+            partner[p, layer, i] = (j % GROUP).to(torch.int32)
+            partner[p, layer, j] = (i % GROUP).to(torch.int32)
+            cos[p, layer, i] = c[layer]
+            cos[p, layer, j] = c[layer]
+            ssin[p, layer, i] = s[layer]
+            ssin[p, layer, j] = -s[layer]
+        cs[p] = chs.reshape(-1).cpu().to(torch.float32)
+    dev = device if device is not None else rotations[0][0].device
+    return RotTables(partner.to(dev).contiguous(), cos.to(dev).contiguous(),
+                     ssin.to(dev).contiguous(), cs.to(dev).contiguous())
+
+
+@triton.jit
+def _rotate_kernel(X, PARTNER, COS, SSIN, CS, A, S, RS,
+                   M, K, G, stride_xm,
+                   KROT: tl.constexpr, BM: tl.constexpr, OUT_MODE: tl.constexpr):
+    g = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    p = tl.program_id(2)
+    rows = pid_m * BM + tl.arange(0, BM)
+    cols = tl.arange(0, 128)
+    rmask = rows < M
+    kk = g * 128 + cols
+    x = tl.load(X + rows[:, None] * stride_xm + kk[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
+    x = x * tl.load(CS + p * K + kk)[None, :]
+    for layer in tl.static_range(KROT):
+        tab = (p * KROT + layer) * K + kk
+        idx = tl.load(PARTNER + tab)
+        c = tl.load(COS + tab)
+        s = tl.load(SSIN + tab)
+        xp = tl.gather(x, tl.broadcast_to(idx[None, :], (BM, 128)), axis=1)
+        x = x * c[None, :] + xp * s[None, :]
+    out = A + p * M * K + rows[:, None] * K + kk[None, :]
+    if OUT_MODE == 0:
+        tl.store(out, x, mask=rmask[:, None])
+    elif OUT_MODE == 3:
+        tl.store(out, x.to(tl.float16), mask=rmask[:, None])
+    else:
+        amax = tl.max(tl.abs(x), axis=1)
+        if OUT_MODE == 1:
+            # power of two 2^(e-14) with e = amax's exponent field, floored at the smallest normal
+            e = (amax.to(tl.int32, bitcast=True) >> 23) & 0xFF
+            se = tl.maximum(e - 14, 1)
+            scale = (se << 23).to(tl.float32, bitcast=True)
+            inv = ((254 - se) << 23).to(tl.float32, bitcast=True)
+            q = (x * inv[:, None]).to(tl.float16)
+            rs = tl.sum(q.to(tl.float32), axis=1)
+        else:
+            scale = amax / 127.0
+            safe = tl.where(scale > 0, scale, 1.0)
+            v = tl.math.div_rn(x, tl.broadcast_to(safe[:, None], (BM, 128)))
+            v = (v + 12582912.0) - 12582912.0
+            v = tl.minimum(tl.maximum(v, -127.0), 127.0)
+            q = v.to(tl.int8)
+            rs = tl.sum(v, axis=1)  # integer valued, |rs| <= 127*128: exact in fp32
+        tl.store(out, q, mask=rmask[:, None])
+        sg = p * M * G + rows * G + g
+        tl.store(S + sg, scale, mask=rmask)
+        tl.store(RS + sg, rs, mask=rmask)
+
+
+_OUT_DTYPE = {ROT32: torch.float32, F16G: torch.float16, I8G: torch.int8, PLAIN: torch.float16}
+
+
+def rows_per_program(m: int) -> int:
+    return min(16, triton.next_power_of_2(max(m, 1)))
+
+
+def rotate(x: torch.Tensor, tables: RotTables, mode: int,
+           out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
+    """x [M, K] (bf16/fp16/fp32) -> (A [P, M, K], S [P, M, G] fp32, RS [P, M, G] fp32).
+    S / RS are None in ROT32 and PLAIN modes."""
+    if x.dim() != 2 or x.shape[1] != tables.k:
+        raise ValueError(f"paroquant prologue: x must be [M, {tables.k}], got {list(x.shape)}")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    m, k = x.shape
+    g = k // GROUP
+    parts = tables.parts
+    if out is None:
+        a = torch.empty(parts, m, k, dtype=_OUT_DTYPE[mode], device=x.device)
+        s = torch.empty(parts, m, g, dtype=torch.float32, device=x.device)
+        rs = torch.empty(parts, m, g, dtype=torch.float32, device=x.device)
+    else:
+        a, s, rs = out
+    bm = rows_per_program(m)
+    grid = (g, triton.cdiv(m, bm), parts)
+    _rotate_kernel[grid](x, tables.partner, tables.cos, tables.ssin, tables.cs, a, s, rs,
+                         m, k, g, x.stride(0), KROT=tables.krot, BM=bm, OUT_MODE=mode,
+                         num_warps=4 if bm >= 8 else 2)
+    if mode in (ROT32, PLAIN):
+        return a, None, None
+    return a, s, rs
