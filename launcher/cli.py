@@ -1,0 +1,51 @@
+"""`radiance-launch STACK [--stacks FILE] [--mode eval|prod] [--dry-run]` (scripts depend on it)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from radiance.kernels.build import KernelBuildError
+from radiance.launcher.device import DeviceError
+from radiance.launcher.launch import LaunchError, launch
+from radiance.launcher.plan import PlanError
+from radiance.launcher.stack import StackFileError
+from radiance.launcher.template import TemplateError
+
+# What a person can fix (input, device, build) is reported in one line, without a traceback.
+USER_ERRORS = (StackFileError, PlanError, TemplateError, DeviceError, KernelBuildError, LaunchError)
+
+
+class Mode(str, Enum):
+    eval = "eval"
+    prod = "prod"
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True)
+
+
+@app.command()
+def run(
+    stack: Annotated[str, typer.Argument(help="stack name in the stack file")],
+    stacks: Annotated[Optional[Path], typer.Option(
+        "--stacks", help="stack file (default: $RADIANCE_STACKS, else $RADIANCE_HOME/stacks.yaml, else the bundled example)")] = None,
+    mode: Annotated[Mode, typer.Option(help="eval: eager, 32K, no drafter, CHECKALL; prod: compiled, full context, drafter")] = Mode.eval,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the vLLM command and environment, then exit 0")] = False,
+) -> None:
+    """Build kernels, bind the chat template, key the compile cache and exec vLLM for STACK."""
+    logging.basicConfig(level=logging.INFO, format="radiance-launch: %(message)s", stream=sys.stderr)
+    try:
+        code = launch(stack, stacks, mode.value, dry_run)
+    except USER_ERRORS as e:
+        typer.echo(f"radiance-launch: error: {e}", err=True)
+        raise typer.Exit(2 if isinstance(e, (StackFileError, PlanError, TemplateError)) else 1) from None
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,120 @@
+"""What `radiance-launch` does, in order: plan, device, kernels, plugin, record, exec.
+
+Each step is its own module; this file only sequences them, times them (the "launch" state record
+the exporter reads) and finally replaces this process with vLLM, so systemd's/podman's SIGTERM
+reaches vLLM directly and there is no wrapper process to forward signals.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import logging
+import os
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import NoReturn
+
+from radiance.healthchecks.state import record_launch
+from radiance.kernels.build import BuildResult, build_kernels
+from radiance.launcher import device as devmod
+from radiance.launcher.argv import NEUTRAL_DIR, dry_run_text, vllm_argv, vllm_env
+from radiance.launcher.plan import LaunchPlan, resolve_plan
+from radiance.launcher.stack import load_stacks
+
+log = logging.getLogger("radiance.launch")
+
+PLUGIN_GROUP = "vllm.general_plugins"
+
+
+class LaunchError(RuntimeError):
+    """A launch step failed; the message says which and what to do."""
+
+
+def in_container() -> bool:
+    # podman writes /run/.containerenv into every container it starts
+    return Path("/run/.containerenv").exists()
+
+
+def verify_plugin(quant: str) -> None:
+    """The radiance plugin is installed as a vLLM general plugin and registers `quant`.
+
+    vLLM runs plugins through the entry point, and a plugin whose import fails is only logged, so
+    a broken install would serve nothing quantized and say little; this fails the launch instead.
+    """
+    eps = [ep for ep in md.entry_points(group=PLUGIN_GROUP) if ep.value.startswith("radiance.plugin")]
+    if not eps:
+        raise LaunchError(f"no `{PLUGIN_GROUP}` entry point for radiance.plugin: radiance is not installed in "
+                          f"this interpreter ({sys.executable}); run scripts/bootstrap or `pip install -e .`")
+    try:
+        eps[0].load()()
+        from vllm.model_executor.layers.quantization import get_quantization_config
+
+        get_quantization_config(quant)
+    except Exception as e:
+        raise LaunchError(f"the radiance vLLM plugin did not register quant method {quant!r}: "
+                          f"{type(e).__name__}: {e}") from None
+
+
+def build_step(plan: LaunchPlan) -> BuildResult:
+    if plan.arch.startswith("sm_"):
+        os.environ["TRITON_CACHE_DIR"] = str(plan.compile_dir / "triton")  # warm-ups compile into it
+    result = build_kernels(plan.arch, plan.kernel_cache, plan.kernel_flags)
+    if result.path is None:
+        log.info("kernels: nothing to build for %s (torch reference path)", plan.arch)
+    elif result.built:
+        log.info("kernels: built %s", result.path)
+    else:
+        log.info("kernels: cache hit %s (0 builds)", result.path)
+    if result.path is not None and result.path != plan.kernel_dir:
+        raise LaunchError(f"kernel build landed in {result.path}, the plan expected {plan.kernel_dir}")
+    return result
+
+
+def exec_vllm(plan: LaunchPlan) -> NoReturn:
+    argv = vllm_argv(plan)
+    env = {**os.environ, **vllm_env(plan)}
+    os.chdir(NEUTRAL_DIR)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvpe(argv[0], argv, env)
+
+
+def launch(name: str, stacks: Path | None, mode: str, dry_run: bool,
+           environ: Mapping[str, str] | None = None) -> int:
+    """Run the steps; returns 0 after a dry run, otherwise does not return (exec)."""
+    environ = os.environ if environ is None else environ
+    phases: dict[str, float] = {}
+    t = time.monotonic()
+    sf = load_stacks(stacks)
+    plan = resolve_plan(sf, name, mode, environ)
+    phases["resolve"] = time.monotonic() - t
+    if dry_run:
+        sys.stdout.write(dry_run_text(plan))
+        return 0
+    if plan.runtime == "podman" and not in_container():
+        raise LaunchError(f"stack {name!r} runs in podman ({plan.image}): start it with `vllm-switch {name}` or its "
+                          f"unit, which runs radiance-launch inside the container; `--dry-run` shows the command")
+
+    t = time.monotonic()
+    dev = devmod.detect()
+    devmod.check(plan.arch, plan.devices, dev, name)
+    phases["device"] = time.monotonic() - t
+    log.info("device: %s; stack %s (%s) mode %s", dev.describe(), name, plan.arch, mode)
+
+    t = time.monotonic()
+    built = build_step(plan)
+    phases["kernel_build"] = time.monotonic() - t
+
+    t = time.monotonic()
+    verify_plugin(plan.quant)
+    phases["plugin"] = time.monotonic() - t
+
+    plan.compile_dir.mkdir(parents=True, exist_ok=True)
+    log.info("compile cache: %s", plan.compile_dir)
+    record_launch(name, mode=mode, phases={k: round(v, 3) for k, v in phases.items()},
+                  kernel_builds=int(built.built), kernel_cache_hits=int(built.path is not None and not built.built),
+                  cache_key=plan.cache_key, radiance_version=plan.versions.radiance,
+                  vllm_version=plan.versions.vllm, model=plan.served_name, exec_at=time.time())
+    exec_vllm(plan)

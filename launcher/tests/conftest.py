@@ -1,0 +1,46 @@
+"""Launcher test fixtures: a fixed, machine-independent RADIANCE_HOME with the example stacks' models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "deploy" / "stacks.example.yaml"
+
+# Checkpoint dirs the example stack file names, with the quant method each declares. Only
+# config.json is written: the plan checks it; the dry-run never reads the weights.
+EXAMPLE_MODELS = {
+    "qwen2.5-coder-0.5b/paroquant": "paroquant",
+    "Qwen3.8-27B-PARO": "paroquant",
+    "Qwen3.8-27B-MXFP4-PARO": "paroquant_mxfp4",
+    "Qwen3.8-27B-PQ2": "pq2",
+    "Qwen3.8-27B-DFlash2-FP8": None,
+}
+
+
+def write_model(models: Path, rel: str, quant: str | None) -> Path:
+    d = models / rel
+    d.mkdir(parents=True, exist_ok=True)
+    cfg = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}
+    if quant:
+        cfg["quantization_config"] = {"quant_method": quant, "bits": 4 if quant != "pq2" else 2, "group_size": 128}
+    (d / "config.json").write_text(json.dumps(cfg, sort_keys=True))
+    return d
+
+
+@pytest.fixture
+def launch_home(tmp_path, monkeypatch) -> Path:
+    """RADIANCE_HOME in tmp with every example model dir; no other RADIANCE_* from the caller's shell."""
+    import os
+
+    for k in list(os.environ):
+        if k.startswith("RADIANCE_"):
+            monkeypatch.delenv(k)
+    home = tmp_path / "home"
+    monkeypatch.setenv("RADIANCE_HOME", str(home))
+    for rel, quant in EXAMPLE_MODELS.items():
+        write_model(home / "models", rel, quant)
+    return home
