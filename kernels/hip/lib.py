@@ -1,0 +1,134 @@
+"""ctypes binding of the kernels' C ABI (device pointers + a stream; no torch C++ headers, so the
+start-time build is fast and independent of the torch version) and the torch-level calls.
+
+Imports torch only (never vLLM). `load(path)` once per process; `rotate_quant` / `gemm` / `linear`
+take torch tensors on the GPU and launch on torch's current stream.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from radiance.kernels.hip.layout import PreparedParo
+from radiance.knobs import knob_int
+
+_P, _I = ctypes.c_void_p, ctypes.c_int
+_SIGNATURES = {
+    # x, ldx, x_is_bf16, cs, rec, a, asr, M, K, krot, rotations, per_token, stream
+    "pq_rotate_quant": [_P, _I, _I, _P, _P, _P, _P, _I, _I, _I, _I, _I, _P],
+    # a, asr, wq, sz, out, out_is_bf16, partial, M, N, K, pb1, pb2, nsplit, stream
+    "pq_int4_fp8_gemm_decode": [_P, _P, _P, _P, _P, _I, _P, _I, _I, _I, _I, _I, _I, _P],
+    # a, asr, wq, sz, out, out_is_bf16, M, N, K, pb1, pb2, stream
+    "pq_int4_fp8_gemm_prefill": [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _P],
+    "pq_wperm": [],
+}
+MAX_SPLIT = 16
+
+
+class KernelError(RuntimeError):
+    pass
+
+
+@dataclass
+class PqLib:
+    path: Path
+    dll: ctypes.CDLL
+    wperm: bool
+
+    def call(self, name: str, *args) -> None:
+        rc = getattr(self.dll, name)(*args)
+        if rc != 0:
+            raise KernelError(f"{name} failed with code {rc} ({self.path}); -22 = arguments the kernel "
+                              "cannot take (K % 128, N % 16, boundaries, M band)")
+
+
+def load(path: Path | str) -> PqLib:
+    """Open a built kernel library and check its ABI."""
+    path = Path(path)
+    try:
+        dll = ctypes.CDLL(str(path))
+    except OSError as e:
+        raise KernelError(f"cannot load HIP kernel library {path}: {e}; rebuild it (radiance-launch "
+                          "builds it at container start)") from e
+    for name, argtypes in _SIGNATURES.items():
+        fn = getattr(dll, name, None)
+        if fn is None:
+            raise KernelError(f"{path} lacks {name}: built from other sources; rebuild it")
+        fn.argtypes, fn.restype = argtypes, ctypes.c_int
+    return PqLib(path=path, dll=dll, wperm=bool(dll.pq_wperm()))
+
+
+def _stream(t: torch.Tensor) -> int:
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+def _check_layout(lib: PqLib, prep: PreparedParo) -> None:
+    if lib.wperm != prep.wperm:
+        raise KernelError(f"{lib.path} was built with PQ_WPERM={int(lib.wperm)} but the weights were prepared "
+                          f"with wperm={int(prep.wperm)}; set RADIANCE_PQ_WPERM the same for both")
+
+
+def rotate_quant(lib: PqLib, x: torch.Tensor, prep: PreparedParo, per_token: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] f16/bf16 -> (a [R, M, K] uint8 e4m3 codes, asr [R, M, K/128, 2] f32 {scale, rowsum})."""
+    if x.dtype not in (torch.float16, torch.bfloat16) or x.dim() != 2 or x.stride(1) != 1:
+        raise ValueError(f"rotate_quant: x must be a 2-D f16/bf16 tensor with unit inner stride, got "
+                         f"{x.dtype} {tuple(x.shape)} strides {x.stride()}")
+    m, k = x.shape
+    if k != prep.in_features:
+        raise ValueError(f"rotate_quant: x has K={k}, the layer takes {prep.in_features}")
+    r = prep.rotations
+    a = torch.empty(r, m, k, dtype=torch.uint8, device=x.device)
+    asr = torch.empty(r, m, k // 128, 2, dtype=torch.float32, device=x.device)
+    lib.call("pq_rotate_quant", x.data_ptr(), x.stride(0), int(x.dtype == torch.bfloat16), prep.cs.data_ptr(),
+             prep.rec.data_ptr(), a.data_ptr(), asr.data_ptr(), m, k, prep.krot, r, int(per_token), _stream(x))
+    return a, asr
+
+
+def split_k(m: int, n: int, k: int) -> int:
+    """Decode-band split: enough workgroups to fill a 64-CU card, whole groups per slice."""
+    blocks = math.ceil(n / 64)
+    return max(1, min(k // 128, MAX_SPLIT, math.ceil(256 / blocks)))
+
+
+def gemm(lib: PqLib, a: torch.Tensor, asr: torch.Tensor, prep: PreparedParo, out_dtype: torch.dtype,
+         decode: bool | None = None, nsplit: int | None = None) -> torch.Tensor:
+    """(a, asr) from rotate_quant x the prepared weights -> [M, N] in out_dtype (f16/bf16)."""
+    _check_layout(lib, prep)
+    if out_dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"gemm: out_dtype must be float16 or bfloat16, got {out_dtype}")
+    _, m, k = a.shape
+    n = prep.out_features
+    out = torch.empty(m, n, dtype=out_dtype, device=a.device)
+    bf16 = int(out_dtype == torch.bfloat16)
+    if decode is None:
+        decode = m <= knob_int("RADIANCE_PQ_DECODE_MAX_M")
+    common = (a.data_ptr(), asr.data_ptr(), prep.wq.data_ptr(), prep.sz.data_ptr(), out.data_ptr(), bf16)
+    if decode:
+        nsplit = split_k(m, n, k) if nsplit is None else nsplit
+        # torch's allocator, not one inside the launch: safe under graph capture
+        partial = torch.empty(nsplit, m, n, dtype=torch.float32, device=a.device) if nsplit > 1 else None
+        lib.call("pq_int4_fp8_gemm_decode", *common, partial.data_ptr() if partial is not None else None,
+                 m, n, k, prep.pb1, prep.pb2, nsplit, _stream(a))
+    else:
+        lib.call("pq_int4_fp8_gemm_prefill", *common, m, n, k, prep.pb1, prep.pb2, _stream(a))
+    return out
+
+
+def linear(lib: PqLib, x: torch.Tensor, prep: PreparedParo, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x W^T (+ bias) for x [..., K]: per-group activation scales in the decode band
+    (M <= RADIANCE_PQ_DECODE_MAX_M, split-K GEMM), per-token above it (prefill GEMM)."""
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.stride(1) != 1:
+        x2 = x2.contiguous()
+    decode = x2.shape[0] <= knob_int("RADIANCE_PQ_DECODE_MAX_M")
+    a, asr = rotate_quant(lib, x2, prep, per_token=not decode)
+    y = gemm(lib, a, asr, prep, x.dtype, decode=decode)
+    if bias is not None:
+        y = y + bias
+    return y.reshape(*lead, prep.out_features)

@@ -1,0 +1,86 @@
+"""The HIP kernels as torch custom ops (`torch.ops.radiance_hip.*`), for the vLLM plugin to call.
+
+Ops take plain tensors and ints (the `PreparedParo` fields) so dynamo and CUDA graphs see one opaque
+call each; the library is loaded once per process with `set_library` (the plugin passes the file
+the launcher built, `$RADIANCE_KERNEL_DIR/radiance_pq_hip.so`). Imports torch only, never vLLM.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from radiance.kernels.hip import lib as pqlib
+from radiance.kernels.hip.layout import PreparedParo
+from radiance.knobs import knob
+
+LIB_NAME = "radiance_pq_hip.so"
+_LIB: pqlib.PqLib | None = None
+
+
+def set_library(path: Path | str) -> pqlib.PqLib:
+    global _LIB
+    _LIB = pqlib.load(path)
+    return _LIB
+
+
+def library() -> pqlib.PqLib:
+    """The loaded library; on first use, the one in $RADIANCE_KERNEL_DIR (set by radiance-launch)."""
+    if _LIB is None:
+        kdir = knob("RADIANCE_KERNEL_DIR")
+        if not kdir:
+            raise pqlib.KernelError("no HIP kernel library loaded: call radiance.kernels.hip.ops.set_library(path) "
+                                    "or start under radiance-launch, which sets RADIANCE_KERNEL_DIR")
+        return set_library(Path(kdir) / LIB_NAME)
+    return _LIB
+
+
+def _prep(wq, sz, cs, rec, krot: int, k: int, n: int, pb1: int, pb2: int, wperm: bool) -> PreparedParo:
+    return PreparedParo(wq=wq, sz=sz, cs=cs, rec=rec, krot=krot, in_features=k, out_features=n,
+                        pb1=pb1, pb2=pb2, wperm=wperm)
+
+
+def op_args(prep: PreparedParo) -> tuple:
+    """The positional arguments after the activation for the ops below."""
+    return (prep.wq, prep.sz, prep.cs, prep.rec, prep.krot, prep.out_features, prep.pb1, prep.pb2, prep.wperm)
+
+
+@torch.library.custom_op("radiance_hip::paroquant_linear", mutates_args=())
+def paroquant_linear(x: torch.Tensor, wq: torch.Tensor, sz: torch.Tensor, cs: torch.Tensor, rec: torch.Tensor,
+                     krot: int, n: int, pb1: int, pb2: int, wperm: bool) -> torch.Tensor:
+    prep = _prep(wq, sz, cs, rec, krot, x.shape[-1], n, pb1, pb2, wperm)
+    return pqlib.linear(library(), x, prep)
+
+
+@paroquant_linear.register_fake
+def _(x, wq, sz, cs, rec, krot, n, pb1, pb2, wperm):
+    return x.new_empty(*x.shape[:-1], n)
+
+
+@torch.library.custom_op("radiance_hip::pq_rotate_quant", mutates_args=())
+def pq_rotate_quant(x: torch.Tensor, cs: torch.Tensor, rec: torch.Tensor, krot: int,
+                    per_token: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    k = x.shape[-1]
+    prep = PreparedParo(wq=cs, sz=cs, cs=cs, rec=rec, krot=krot, in_features=k, out_features=0,
+                        pb1=0, pb2=0, wperm=True)
+    return pqlib.rotate_quant(library(), x, prep, per_token)
+
+
+@pq_rotate_quant.register_fake
+def _(x, cs, rec, krot, per_token):
+    r, (m, k) = cs.shape[0], x.shape
+    return (x.new_empty(r, m, k, dtype=torch.uint8), x.new_empty(r, m, k // 128, 2, dtype=torch.float32))
+
+
+@torch.library.custom_op("radiance_hip::pq_int4_fp8_gemm", mutates_args=())
+def pq_int4_fp8_gemm(a: torch.Tensor, asr: torch.Tensor, wq: torch.Tensor, sz: torch.Tensor, n: int, pb1: int,
+                     pb2: int, wperm: bool, out_dtype: torch.dtype, decode: bool) -> torch.Tensor:
+    prep = PreparedParo(wq=wq, sz=sz, cs=asr, rec=asr, krot=0, in_features=a.shape[-1], out_features=n,
+                        pb1=pb1, pb2=pb2, wperm=wperm)
+    return pqlib.gemm(library(), a, asr, prep, out_dtype, decode=decode)
+
+
+@pq_int4_fp8_gemm.register_fake
+def _(a, asr, wq, sz, n, pb1, pb2, wperm, out_dtype, decode):
+    return a.new_empty(a.shape[1], n, dtype=out_dtype)
