@@ -10,7 +10,7 @@ import pytest
 TIERS = ("unit", "integration", "gpu")
 
 # Shared fixture modules; each package helper adds its own line here.
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = ["radiance.testing.podman"]
 
 
 def _has_cuda() -> bool:

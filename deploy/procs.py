@@ -50,14 +50,16 @@ def _process(pid: int, proc: Path) -> Holder:
         name = (base / "comm").read_text().strip()
     except OSError:
         name = "?"
-    cgroup = ""
+    # systemd's own hierarchy names the unit: `name=systemd` on cgroup v1/hybrid hosts (where the
+    # unified `0::` line may stop at the container's cgroup), `0::` on pure cgroup v2.
+    found: dict[str, str] = {}
     try:
         for line in (base / "cgroup").read_text().splitlines():
             _, controllers, path = line.split(":", 2)
-            if controllers in ("", "name=systemd") or not cgroup:
-                cgroup = path
-    except OSError:
+            found[controllers] = path
+    except (OSError, ValueError):
         pass
+    cgroup = found.get("name=systemd") or found.get("", "")
     return Holder(pid=pid, name=name, cgroup=cgroup)
 
 

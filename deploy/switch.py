@@ -150,11 +150,13 @@ class Switch:
             self.say(f"stopping {unit_name(n)}")
             systemd.stop(unit_name(n))
 
-    def _start_and_wait(self, name: str) -> tuple[bool, str]:
+    def _start_and_wait(self, name: str, track: bool = True) -> tuple[bool, str]:
         self.say(f"starting {unit_name(name)}")
         systemd.start(unit_name(name))
         if not self.wait:
             return True, "started (--no-wait: readiness not awaited)"
+        if track:
+            self.enter(Phase.WAITING_READY)
         self.say(f"waiting for {name} to answer a 1-token completion at {probe_url(self.sf.get(name))}")
         return self._wait_ready(name)
 
@@ -227,7 +229,7 @@ class Switch:
         self.enter(Phase.ROLLING_BACK)
         self.say(f"rolling back to {', '.join(previous)}")
         held = self._wait_drained([target], previous[0])
-        results = [self._start_and_wait(p) for p in previous] if not held else [(False, "; ".join(held))]
+        results = [self._start_and_wait(p, track=False) for p in previous] if not held else [(False, "; ".join(held))]
         if all(ok for ok, _ in results):
             self.enter(Phase.ROLLED_BACK)
             return Outcome("rolled_back", f"{target}: {why}; rolled back to {', '.join(previous)}", journal=journal)

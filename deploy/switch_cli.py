@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-import click
+
 import typer
 from typer.core import TyperGroup
 
@@ -24,7 +24,7 @@ RESERVED = ("status", "list", "stop", "to")
 class _SwitchGroup(TyperGroup):
     """`vllm-switch NAME` means `vllm-switch to NAME` unless NAME is a subcommand."""
 
-    def resolve_command(self, ctx: click.Context, args: list[str]):
+    def resolve_command(self, ctx, args: list[str]):
         if args and not args[0].startswith("-") and args[0] not in self.commands:
             args = ["to", *args]
         return super().resolve_command(ctx, args)

@@ -104,6 +104,7 @@ class UnitSpec:
     quadlet_devices: list[str]
     labels: dict[str, str]
     conflicts: list[str]
+    stop_first: list[str]  # conflicting units this one is ordered After= (one direction per pair)
     stacks_path: str
     podman: str
     start_timeout_s: int = DEFAULT_START_TIMEOUT_S
@@ -141,7 +142,8 @@ def unit_spec(sf: StackFile, name: str, *, mode: str = "prod", launcher_bin: str
         start_timeout_s=int(getattr(stack, "start_timeout_s", None) or DEFAULT_START_TIMEOUT_S),
         name=name, unit=unit_name(name), runtime=stack.runtime, vendor=vend, gpus=list(stack.devices),
         host=bind_host(stack), port=stack.port, container=stack.container_name, image=stack.image,
-        conflicts=[unit_name(o) for o in sorted(others)], stacks_path=stacks_path, podman=podman_bin,
+        conflicts=[unit_name(o) for o in sorted(others)],
+        stop_first=[unit_name(o) for o in sorted(others) if o < name], stacks_path=stacks_path, podman=podman_bin,
         labels={"radiance.stack": name, "radiance.unit": unit_name(name), "radiance.port": str(stack.port)},
     )
     if stack.runtime == "native":

@@ -1,0 +1,213 @@
+"""vllm-switch against real systemd (PID 1 in a podman container) with three native test stacks.
+
+Setup cost: first run ~2 min (debootstrap base ~90 s + deps layer ~20 s, both cached in
+$RADIANCE_HOME/images and podman's store); later runs ~10 s (radiance wheel build + container boot
++ pip install of the wheel). The tests themselves take ~60 s (a 3 s port hold, short timeouts).
+
+The stacks' units are rendered by `radiance render` from a stack file, installed, and their
+ExecStart is swapped by a systemd drop-in for `radiance.testing.fake_vllm` (a FAKE vLLM: three
+real vLLM servers cannot run here): `alpha` and `beta` share port 18080, `gamma` has 18081.
+alpha holds its port 3 s after SIGTERM; gamma never becomes ready.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from radiance.testing.podman import podman, remove_container
+
+pytestmark = pytest.mark.integration
+
+STACKS = """\
+version: 1
+stacks:
+  alpha:
+    description: test stack, holds its port 3 s after SIGTERM
+    arch: cpu
+    model: alpha-model
+    quant: paroquant
+    port: 18080
+  beta:
+    description: test stack sharing alpha's port
+    arch: cpu
+    model: beta-model
+    quant: paroquant
+    port: 18080
+  gamma:
+    description: test stack on its own port, never ready
+    arch: cpu
+    model: gamma-model
+    quant: paroquant
+    port: 18081
+"""
+PORTS = {"alpha": 18080, "beta": 18080, "gamma": 18081}
+DEFAULT_VARIANT = {"alpha": "--hold-after-term 3", "beta": "", "gamma": "--never-ready"}
+
+
+class Box:
+    """The systemd container: run commands in it with the podman CLI (FACTS.md: not the API)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def sh(self, cmd: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        r = subprocess.run(["podman", "exec", self.name, "bash", "-c", cmd], capture_output=True, text=True,
+                           timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"`{cmd}` exited {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
+        return r
+
+    def switch(self, args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return self.sh(f"vllm-switch {args}", check=False, timeout=timeout)
+
+    def active(self) -> dict[str, str]:
+        out = self.sh("for s in alpha beta gamma; do echo $s $(systemctl is-active radiance-$s.service); done",
+                      check=False).stdout
+        return dict(line.split() for line in out.splitlines())
+
+    def set_server(self, stack: str, variant: str) -> None:
+        """Swap the unit's ExecStart (a drop-in) for the fake server with this variant's flags."""
+        d = f"/etc/systemd/system/radiance-{stack}.service.d"
+        conf = (f"[Service]\nExecStart=\nExecStart=/opt/radiance/bin/python3 -m radiance.testing.fake_vllm "
+                f"--port {PORTS[stack]} --model {stack}-model --load-s 0.5 {variant}\n")
+        self.sh(f"mkdir -p {d} && cat > {d}/10-fake-server.conf <<'EOF'\n{conf}EOF\nsystemctl daemon-reload")
+
+
+@pytest.fixture(scope="module")
+def box(systemd_image, radiance_wheel):
+    name = f"radiance-systemd-{uuid.uuid4().hex[:8]}"
+    try:
+        podman("run", "-d", "--name", name, "--systemd=always", "--network=none",
+               "-v", f"{radiance_wheel.parent}:/wheels:ro", systemd_image, "/sbin/init")
+        b = Box(name)
+        deadline = time.monotonic() + 60
+        while b.sh("systemctl is-system-running", check=False).stdout.strip() not in ("running", "degraded"):
+            assert time.monotonic() < deadline, "systemd in the container did not come up within 60 s"
+            time.sleep(0.5)
+        b.sh(f"/opt/radiance/bin/pip install -q --no-deps --no-index /wheels/{radiance_wheel.name}")
+        b.sh(f"mkdir -p /root/.cache/radiance && cat > /root/.cache/radiance/stacks.yaml <<'EOF'\n{STACKS}EOF")
+        r = b.sh("radiance render --out /etc/systemd/system --launcher /opt/radiance/bin/radiance-launch")
+        assert "wrote  /etc/systemd/system/radiance-alpha.service" in r.stdout
+        for stack, variant in DEFAULT_VARIANT.items():
+            b.set_server(stack, variant)
+        yield b
+    finally:
+        remove_container(name)
+
+
+@pytest.fixture(autouse=True)
+def _clean(box):
+    yield
+    box.sh("systemctl stop radiance-alpha radiance-beta radiance-gamma; "
+           "systemctl reset-failed 'radiance-*' || true", check=False)
+    for stack, variant in DEFAULT_VARIANT.items():
+        box.set_server(stack, variant)
+
+
+def test_rendered_units_carry_conflicts_and_timeouts(box):
+    unit = box.sh("systemctl cat radiance-beta.service").stdout
+    assert "Conflicts=radiance-alpha.service" in unit
+    assert "After=radiance-alpha.service" in unit  # stop-before-start ordering
+    assert "TimeoutStartSec=1800" in unit and "Restart=on-failure" in unit and "KillMode=mixed" in unit
+    assert "Conflicts" not in box.sh("systemctl cat radiance-gamma.service").stdout.split("[Service]")[0]
+    box.sh("systemd-analyze verify /etc/systemd/system/radiance-alpha.service")
+
+
+def test_switch_waits_for_port_and_serves(box):
+    r = box.switch("alpha --timeout 30")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert box.active()["alpha"] == "active"
+    t = time.monotonic()
+    r = box.switch("beta --timeout 30")
+    took = time.monotonic() - t
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "stopping radiance-alpha.service" in r.stdout
+    assert took >= 3.0, f"alpha holds its port 3 s after SIGTERM; the switch returned after {took:.1f}s"
+    assert box.active() == {"alpha": "inactive", "beta": "active", "gamma": "inactive"}
+    # It really answers, through a real completion.
+    out = box.sh("curl -s -X POST localhost:18080/v1/completions -H 'Content-Type: application/json' "
+                 "-d '{\"model\": \"beta-model\", \"prompt\": \"1\", \"max_tokens\": 1}'").stdout
+    assert '"text"' in out
+    st = box.switch("status")
+    assert st.returncode == 0 and "beta" in st.stdout and "yes" in st.stdout and "18080" in st.stdout, st.stdout
+    # A second switch to the active stack does nothing but confirm readiness.
+    r = box.switch("beta --timeout 30")
+    assert r.returncode == 0 and "already active" in r.stdout, r.stdout
+    rec = box.sh("cat /root/.cache/radiance/state/switch/*-beta.json").stdout
+    assert '"outcome": "ok"' in rec and '"from": "alpha"' in rec
+
+
+def test_never_ready_times_out_with_journal(box):
+    r = box.switch("gamma --timeout 4")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "not ready within 4s" in r.stdout + r.stderr
+    assert "last journal lines of radiance-gamma.service" in r.stdout
+    assert "fake_vllm[gamma-model]" in r.stdout  # the journal tail is the unit's own output
+    assert box.active()["gamma"] == "inactive"  # a failed stack does not keep holding the GPUs
+
+
+def test_failed_switch_rolls_back(box):
+    assert box.switch("alpha --timeout 30").returncode == 0
+    box.set_server("beta", "--never-ready")
+    r = box.switch("beta --timeout 4")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "rolled_back" in r.stderr and "rolling back to alpha" in r.stdout, r.stdout + r.stderr
+    assert box.active() == {"alpha": "active", "beta": "inactive", "gamma": "inactive"}
+    r = box.switch("beta --timeout 3 --no-rollback")
+    assert r.returncode == 1 and "rolling back" not in r.stdout
+    assert box.active()["alpha"] == "inactive"
+
+
+def test_refuses_a_strangers_port(box):
+    box.sh("nohup python3 -m http.server 18081 --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > /tmp/stranger.pid")
+    try:
+        pid = box.sh("cat /tmp/stranger.pid").stdout.strip()
+        deadline = time.monotonic() + 10
+        while box.sh("ss -ltn | grep -q ':18081 '", check=False).returncode != 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        dry = box.switch("gamma --dry-run")
+        assert "would REFUSE" in dry.stdout
+        r = box.switch("gamma --timeout 5")
+        assert r.returncode == 4, r.stdout + r.stderr
+        assert f"PID {pid} (python3)" in r.stderr and "not a radiance stack" in r.stderr
+        assert box.sh(f"kill -0 {pid}", check=False).returncode == 0, "the stranger must not be killed"
+    finally:
+        box.sh("kill $(cat /tmp/stranger.pid)", check=False)
+
+
+def test_concurrent_switches_are_serialized(box):
+    assert box.switch("alpha --timeout 30").returncode == 0
+    first = subprocess.Popen(["podman", "exec", box.name, "vllm-switch", "beta", "--timeout", "30"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)  # alpha's 3 s port hold keeps the first switch inside its lock
+        busy = box.switch("alpha --timeout 30")
+        assert busy.returncode == 3, busy.stdout + busy.stderr
+        assert "another vllm-switch is running" in busy.stderr
+        queued = box.switch("alpha --timeout 30 --lock-wait 60")
+        assert queued.returncode == 0, queued.stdout + queued.stderr
+    finally:
+        out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, out + err
+    assert box.active() == {"alpha": "active", "beta": "inactive", "gamma": "inactive"}
+
+
+def test_kill_9_mid_switch_converges(box):
+    assert box.switch("alpha --timeout 30").returncode == 0
+    box.sh("(vllm-switch beta --timeout 30 > /tmp/sw.log 2>&1 & echo $! > /tmp/sw.pid)")
+    deadline = time.monotonic() + 15
+    while "stopping radiance-alpha" not in box.sh("cat /tmp/sw.log", check=False).stdout:
+        assert time.monotonic() < deadline, box.sh("cat /tmp/sw.log", check=False).stdout
+        time.sleep(0.1)
+    box.sh("kill -9 $(cat /tmp/sw.pid)")
+    r = box.switch("beta --timeout 30")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert box.active() == {"alpha": "inactive", "beta": "active", "gamma": "inactive"}
+    stop = box.switch("stop")
+    assert stop.returncode == 0 and "stopping radiance-beta.service" in stop.stdout, stop.stdout + stop.stderr
+    assert set(box.active().values()) == {"inactive"}
