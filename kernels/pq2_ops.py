@@ -158,16 +158,17 @@ def _run_legacy(layer, q, a, y, m, tile: table.Tile) -> None:
     launch = layer.plan(("legacy", tile, y.dtype),
                         lambda: _Launch(pq2_legacy_gemm, {"BM": tile.bt, "BN": tile.bn}, tile.warps, tile.stages))
     grid = (triton.cdiv(layer.n, tile.bn), triton.cdiv(m, tile.bt))
-    launch(grid, q, a, layer.qweight, layer.scales, y, m, layer.n, layer.k)
+    launch(grid, q, a, layer.qweight, layer.scales, y, m, layer.n, layer.k, layer.k // 4)
 
 
 def _run_planes(layer, q, a, t, y, m, tile: table.Tile) -> None:
     p = y if tile.splits == 1 else torch.empty((tile.splits, m, layer.n), dtype=torch.float32, device=y.device)
     launch = layer.plan(("planes", tile, y.dtype), lambda: _Launch(
-        pq2_planes_gemm, {"BN": tile.bn, "BT": tile.bt, "SPLITS": tile.splits, "STAGES": tile.stages},
+        pq2_planes_gemm, {"BN": tile.bn, "BT": tile.bt, "SPLITS": tile.splits, "STAGES": tile.stages,
+                          "ONE_DOT": tile.one_dot},
         tile.warps, tile.stages))
     grid = (triton.cdiv(layer.n, tile.bn), triton.cdiv(m, tile.bt), tile.splits)
-    launch(grid, q, a, t, layer.qweight, layer.scales, y, p, m, layer.n, layer.k)
+    launch(grid, q, a, t, layer.qweight, layer.scales, y, p, m, layer.n, layer.k, layer.k // 4)
     if tile.splits > 1:
         _reduce(layer, p, y, tile.splits)
 
@@ -178,7 +179,7 @@ def _run_dp4a(layer, q, a, t, y, tile: table.Tile) -> None:
         pq2_gemv_dp4a, {"BN": tile.bn, "BC": tile.bc, "SPLITS": tile.splits, "STAGES": tile.stages,
                         "ASM": not INTERPRET}, tile.warps, tile.stages))
     grid = (triton.cdiv(layer.n, tile.bn), tile.splits)
-    launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, p, layer.n, layer.k)
+    launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, p, layer.n, layer.k, layer.k // 16)
     if tile.splits > 1:
         _reduce(layer, p, y, tile.splits)
 

@@ -81,6 +81,7 @@ class Tile:
     splits: int = 1
     warps: int = 4
     stages: int = 3
+    one_dot: bool = False  # planes path: one K=128 dot per group instead of four K=32 ones
 
 
 def _splits_for(programs: int, steps: int, sms: int, min_steps: int, cap: int = 16) -> int:

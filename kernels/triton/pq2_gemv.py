@@ -16,9 +16,10 @@ from radiance.kernels.triton.pq2_common import dp4a
 
 
 @triton.jit
-def pq2_gemv_dp4a(Q32, S, T, W32, WS, Y, P, N, K,
+def pq2_gemv_dp4a(Q32, S, T, W32, WS, Y, P, N, K, KW32,
                   BN: tl.constexpr, BC: tl.constexpr, SPLITS: tl.constexpr,
                   STAGES: tl.constexpr, ASM: tl.constexpr):
+    # KW32 = K // 16, int32 words per weight row, passed as an int for its divisibility by 16
     groups = K // 128
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     z = tl.program_id(1)
@@ -32,7 +33,7 @@ def pq2_gemv_dp4a(Q32, S, T, W32, WS, Y, P, N, K,
     for base in tl.range(g0, g1, BC, num_stages=STAGES):
         g = base + offs
         gm = g < g1
-        w = tl.load(W32 + rows[:, None, None] * (K // 16) + g[None, :, None] * 8 + j[None, None, :],
+        w = tl.load(W32 + rows[:, None, None] * KW32 + g[None, :, None] * 8 + j[None, None, :],
                     mask=rm[:, None, None] & gm[None, :, None], other=0)
         ws = tl.load(WS + rows[:, None] * groups + g[None, :], mask=rm[:, None] & gm[None, :], other=0.0)
         qb = Q32 + g[:, None] * 32 + j[None, :]
