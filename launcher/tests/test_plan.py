@@ -1,0 +1,179 @@
+"""Resolving stack + mode + environment into a LaunchPlan; the bad inputs it refuses, with their messages."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from radiance.launcher.argv import vllm_argv, vllm_env
+from radiance.launcher.cache_key import Versions
+from radiance.launcher.cli import app
+from radiance.launcher.plan import MODE_DEFAULTS, PlanError, resolve_plan
+from radiance.launcher.stack import StackFileError, load_stacks, parse_stacks
+from radiance.launcher.template import TemplateError
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "stacks.example.yaml"
+V = Versions("0.32.0", "2.13.0+cpu", "3.9.0", "0.1.0")
+
+SMALL = """\
+version: 1
+stacks:
+  s:
+    arch: cpu
+    model: m
+    quant: paroquant
+    port: 9000
+    drafter: {method: ngram, options: {prompt_lookup_max: 4}}
+    spec: 3
+    check_shapes: ["1152:896"]
+"""
+
+
+def _file(home: Path, text: str, name: str = "stacks.yaml") -> Path:
+    p = home / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+    return p
+
+
+def _model(home: Path, rel: str = "m", quant: str | None = "paroquant") -> Path:
+    d = home / "models" / rel
+    d.mkdir(parents=True, exist_ok=True)
+    cfg = {"model_type": "qwen2"}
+    if quant:
+        cfg["quantization_config"] = {"quant_method": quant}
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def _plan(home: Path, text: str = SMALL, mode: str = "eval", env: dict | None = None, name: str = "s"):
+    sf = load_stacks(_file(home, text))
+    return resolve_plan(sf, name, mode, {**os.environ, **(env or {})}, V)
+
+
+def test_mode_defaults_live_in_one_table():
+    assert MODE_DEFAULTS["eval"]["enforce_eager"] and not MODE_DEFAULTS["prod"]["enforce_eager"]
+    assert MODE_DEFAULTS["eval"]["spec"] == 0 and MODE_DEFAULTS["eval"]["max_model_len"] == 32768
+
+
+def test_eval_and_prod(launch_home):
+    _model(launch_home)
+    ev = _plan(launch_home)
+    assert (ev.enforce_eager, ev.max_model_len, ev.prefix_caching, ev.spec) == (True, 32768, False, 0)
+    assert ev.env_map["RADIANCE_PQ_CHECKALL"] == "1152:896"
+    pr = _plan(launch_home, mode="prod")
+    assert (pr.enforce_eager, pr.max_model_len, pr.prefix_caching, pr.spec) == (False, None, True, 3)
+    assert "RADIANCE_PQ_CHECKALL" not in pr.env_map
+    spec = json.loads(vllm_argv(pr)[vllm_argv(pr).index("--speculative-config") + 1])
+    assert spec == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+
+
+def test_stack_mode_override_beats_default_and_env_beats_both(launch_home):
+    _model(launch_home)
+    text = SMALL + "    prod:\n      enforce_eager: true\n      spec: 2\n      env: {RADIANCE_PQ2_KERNELS: exact}\n"
+    p = _plan(launch_home, text, "prod")
+    assert p.enforce_eager and p.spec == 2 and p.env_map["RADIANCE_PQ2_KERNELS"] == "exact"
+    p = _plan(launch_home, text, "prod", {"RADIANCE_SPEC": "0", "RADIANCE_PQ2_KERNELS": "legacy"})
+    assert p.spec == 0 and "--speculative-config" not in vllm_argv(p)
+    assert p.env_map["RADIANCE_PQ2_KERNELS"] == "legacy"
+    assert "RADIANCE_SPEC" not in vllm_env(p)  # launcher-only knobs are not handed to vLLM
+
+
+def test_bad_radiance_spec(launch_home):
+    _model(launch_home)
+    with pytest.raises(PlanError, match=r"RADIANCE_SPEC='x' is not a whole number"):
+        _plan(launch_home, env={"RADIANCE_SPEC": "x"})
+    with pytest.raises(PlanError, match=r"RADIANCE_SPEC=3 but stack 'x' has no `drafter`"):
+        _plan(launch_home, "stacks:\n  x:\n    arch: cpu\n    model: m\n    quant: paroquant\n    port: 1\n",
+              env={"RADIANCE_SPEC": "3"}, name="x")
+
+
+def test_checkall_needs_eager(launch_home):
+    _model(launch_home)
+    with pytest.raises(PlanError, match="RADIANCE_PQ_CHECKALL is set but stack 's' runs compiled graphs in prod"):
+        _plan(launch_home, mode="prod", env={"RADIANCE_PQ_CHECKALL": "1:1"})
+
+
+def test_missing_model_dir_names_file_line_key_and_path(launch_home):
+    with pytest.raises(StackFileError) as e:
+        _plan(launch_home)
+    msg = str(e.value)
+    assert msg.startswith(f"{launch_home / 'stacks.yaml'}:5: stacks.s.model: model dir {launch_home / 'models' / 'm'} does not exist")
+
+
+def test_model_quant_mismatch(launch_home):
+    _model(launch_home, quant="pq2")
+    with pytest.raises(StackFileError, match=r"stacks.s.model: .* is quantized as 'pq2' .* but the stack says quant: paroquant"):
+        _plan(launch_home)
+
+
+def test_chat_template_missing_unreadable_or_broken(launch_home):
+    _model(launch_home)
+    text = SMALL + "    chat_template: t/chat.jinja\n"
+    with pytest.raises(TemplateError) as e:
+        _plan(launch_home, text)
+    assert str(e.value).startswith(f"{launch_home / 'stacks.yaml'}:11: stacks.s.chat_template: chat template "
+                                   f"{launch_home / 't' / 'chat.jinja'} does not exist")
+    assert "no fallback" in str(e.value)
+    (launch_home / "t" / "chat.jinja").mkdir(parents=True)
+    with pytest.raises(TemplateError, match="is a directory"):
+        _plan(launch_home, text)
+    (launch_home / "t" / "chat.jinja").rmdir()
+    (launch_home / "t" / "chat.jinja").write_bytes(b"\xff\xfe{{ bad")
+    with pytest.raises(TemplateError, match="cannot be read"):
+        _plan(launch_home, text)
+    (launch_home / "t" / "chat.jinja").write_text("{% for m in messages %}{{ m.content }}\n")
+    with pytest.raises(TemplateError, match=r"chat.jinja:1: not a valid jinja2 template"):
+        _plan(launch_home, text)
+    (launch_home / "t" / "chat.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    assert _plan(launch_home, text).chat_template == launch_home / "t" / "chat.jinja"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_chat_template_without_read_permission(launch_home):
+    _model(launch_home)
+    t = launch_home / "chat.jinja"
+    t.write_text("x")
+    t.chmod(0)
+    with pytest.raises(TemplateError, match="not readable"):
+        _plan(launch_home, SMALL + f"    chat_template: {t}\n")
+
+
+def test_chat_template_env_overrides_stack_and_is_blamed(launch_home):
+    _model(launch_home)
+    with pytest.raises(TemplateError, match=r"^RADIANCE_CHAT_TEMPLATE: chat template /nope.jinja does not exist"):
+        _plan(launch_home, env={"RADIANCE_CHAT_TEMPLATE": "/nope.jinja"})
+
+
+def test_template_under_a_mount_is_addressed_through_it(launch_home):
+    m = _model(launch_home)
+    (m / "chat.jinja").write_text("{{ messages }}")
+    outside = launch_home.parent / "elsewhere" / "t.jinja"
+    outside.parent.mkdir()
+    outside.write_text("{{ messages }}")
+    pod = SMALL.replace("arch: cpu", "arch: sm_86\n    devices: [0]\n    runtime: podman\n    image: img")
+    p = _plan(launch_home, pod + f"    chat_template: {m / 'chat.jinja'}\n")
+    assert p.chat_template == m / "chat.jinja"
+    assert not any(x.path == m / "chat.jinja" for x in p.mounts)  # the model mount carries it
+    p = _plan(launch_home, pod + f"    chat_template: {outside}\n")
+    assert [x.podman_arg() for x in p.mounts if x.path == outside] == [f"{outside}:{outside}:ro"]
+    assert vllm_argv(p)[vllm_argv(p).index("--chat-template") + 1] == str(outside)
+
+
+def test_cli_reports_errors_without_traceback(launch_home):
+    bad = _file(launch_home, "stacks:\n  s:\n    arch: cpu\n    port: [\n", "bad.yaml")
+    res = CliRunner().invoke(app, ["s", "--stacks", str(bad), "--dry-run"])
+    assert res.exit_code == 2
+    assert res.stderr.startswith(f"radiance-launch: error: {bad}:5:") and "not valid YAML" in res.stderr
+    res = CliRunner().invoke(app, ["nope", "--stacks", str(EXAMPLE), "--dry-run"])
+    assert res.exit_code == 2 and "no stack named 'nope'; stacks in this file: demo, paro" in res.stderr
+    res = CliRunner().invoke(app, ["demo", "--stacks", str(EXAMPLE), "--mode", "fast", "--dry-run"])
+    assert res.exit_code == 2 and "'fast' is not one of 'eval'," in res.output
+
+
+def test_parse_is_pure_of_the_filesystem():
+    # host tools read stacks whose models live elsewhere: loading does not look at model dirs
+    sf = parse_stacks(SMALL.replace("model: m", "model: /no/such/dir"), Path("x.yaml"))
+    assert sf.get("s").model == "/no/such/dir"
