@@ -1,1 +1,28 @@
-"""See DESIGN.md for what lives here."""
+"""radiance's vLLM plugin: quantization methods `paroquant` and `pq2`.
+
+`register` is the `vllm.general_plugins` entry point. vLLM runs it in every process (API server,
+engine core, each TP worker). vLLM only logs a plugin whose *import* fails, so this module imports
+nothing heavy: every import happens inside `register`, and any failure there raises out of vLLM's
+`load_general_plugins`, which stops the launch (plugin/tests/test_register.py proves it).
+"""
+
+from __future__ import annotations
+
+_registered = False
+
+
+def register() -> None:
+    """Register the quant configs, the v2 weight loaders and the custom op (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    try:
+        from radiance.plugin import hooks
+
+        hooks.register_all()
+    except Exception as exc:
+        raise RuntimeError(
+            f"radiance vLLM plugin failed to register ({type(exc).__name__}: {exc}); "
+            "paroquant/pq2 checkpoints cannot be served. Check that vllm and radiance versions match."
+        ) from exc
+    _registered = True

@@ -1,0 +1,80 @@
+"""RADIANCE_PQ_CHECKALL: compare each gated call against the exact fp32 dequant reference.
+
+Eval only (the launcher's eval mode runs eager). For a layer whose (N, K) as the kernel sees it is
+listed, every call logs `CHECKALL <layer> ... rel=<|y - y_ref| / |y_ref|>` over its first
+RADIANCE_PQ_CHECK_MAX_M rows. The reference dequantizes the raw checkpoint tensors in chunks of
+`CHUNK` output columns (never a full code matrix: the seed's int64 version OOM'd a worker), per
+projection, so it also checks the rotation dedup and the partition mapping. Calls whose input is
+all zeros (vLLM's profile run) are labeled `zero-input` instead of passing vacuously.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import torch
+
+from radiance.kernels import reference
+from radiance.kernels.formats.pq2 import Pq2Tensors
+from radiance.knobs import knob, knob_int
+from radiance.plugin.layout import Layout
+
+log = logging.getLogger("radiance.plugin.checkall")
+CHUNK = 512
+
+
+def gated_shapes() -> set[tuple[int, int]]:
+    raw = knob("RADIANCE_PQ_CHECKALL")
+    if not raw:
+        return set()
+    shapes = set()
+    for item in raw.split(","):
+        n, sep, k = item.strip().partition(":")
+        if not (sep and n.isdigit() and k.isdigit()):
+            raise ValueError(f"RADIANCE_PQ_CHECKALL={raw!r}: expected comma-separated N:K pairs, e.g. 1152:896,896:4864")
+        shapes.add((int(n), int(k)))
+    return shapes
+
+
+def paroquant_exact(layer, lay: Layout, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    out = x.new_empty((x.shape[0], sum(lay.sizes)), dtype=torch.float32)
+    for p, (n0, n1) in enumerate(lay.partition_bounds()):
+        xr = reference.rotate(x.float(), layer.pairs.data[p], layer.theta.data[p], layer.channel_scales.data[p])
+        for c0 in range(n0, n1, CHUNK):
+            c1 = min(c0 + CHUNK, n1)
+            w = reference.dequant_paroquant(
+                layer.qweight.data[:, c0 // 8:c1 // 8], layer.qzeros.data[:, c0 // 8:c1 // 8],
+                layer.scales.data[:, c0:c1],
+            )
+            out[:, c0:c1] = xr @ w.t()
+    return out if bias is None else out + bias.float()
+
+
+def pq2_exact(layer, lay: Layout, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    n = sum(lay.sizes)
+    out = x.new_empty((x.shape[0], n), dtype=torch.float32)
+    for c0 in range(0, n, CHUNK):
+        c1 = min(c0 + CHUNK, n)
+        t = Pq2Tensors(layer.qweight.data[c0:c1], layer.scales.data[c0:c1])
+        out[:, c0:c1] = reference.pq2_linear(x.float(), t)  # int8 per-group activations, as the format defines
+    return out if bias is None else out + bias.float()
+
+
+def checker(layer, lay: Layout, method: str, exact: Callable, n: int, k: int):
+    """A hook for custom_op (called with the kernel's x, y, bias), or None when (n, k) is not gated."""
+    if (n, k) not in gated_shapes():
+        return None
+    max_m = knob_int("RADIANCE_PQ_CHECK_MAX_M")
+
+    def check(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None) -> None:
+        rows = x[:max_m]
+        head = f"CHECKALL {lay.prefix} {method} N={n} K={k} M={x.shape[0]}"
+        if not bool(rows.any()):
+            log.info("%s zero-input", head)
+            return
+        ref = exact(layer, lay, rows, bias)
+        rel = float((y[:max_m].float() - ref).norm() / ref.norm().clamp_min(1e-30))
+        log.info("%s rel=%.3e", head, rel)
+
+    return check

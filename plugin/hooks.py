@@ -1,0 +1,33 @@
+"""Everything `radiance.plugin.register` does, in one place (runs once per vLLM process)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+log = logging.getLogger("radiance.plugin")
+
+
+def _setup_logging() -> None:
+    # vLLM configures only its own "vllm" logger; give radiance's lines (load decisions,
+    # CHECKALL) a handler so they reach the server log at INFO.
+    root = logging.getLogger("radiance")
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [radiance] %(message)s", "%m-%d %H:%M:%S"))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        root.propagate = False
+
+
+def register_all() -> None:
+    _setup_logging()
+    from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS, get_quantization_config
+
+    from radiance.plugin import custom_op, paroquant, pq2
+
+    custom_op.register_op()
+    for name, cls in (("paroquant", paroquant.ParoQuantConfig), ("pq2", pq2.Pq2Config)):
+        if name not in QUANTIZATION_METHODS or get_quantization_config(name) is not cls:
+            raise RuntimeError(f"quantization method {name!r} did not register with vLLM")
+    log.debug("registered quantization methods paroquant, pq2")

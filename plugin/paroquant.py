@@ -1,0 +1,100 @@
+"""`paroquant`: int4 asymmetric, group 128, learned pairwise Givens rotations (z-lab's format).
+
+Per projection on disk (radiance.kernels.formats.paroquant): qweight [K, N/8] i32, qzeros
+[K/128, N/8] i32, scales [K/128, N] f16, pairs [krot, K] i16, theta [krot, K/2] f16,
+channel_scales [1, K] f16. vLLM merges q/k/v (3 shards) and gate/up (2): the N-packed tensors
+concatenate along N through vLLM's loaders; rotations stay one per shard ([P, ...]) and identical
+adjacent ones are merged at prepare time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from vllm.model_executor.layers.linear import register_weight_loader_v2_supported_method
+from vllm.model_executor.layers.quantization import register_quantization_config
+
+from radiance.kernels import ops
+from radiance.kernels.formats import FormatError
+from radiance.kernels.formats import paroquant as fmt
+from radiance.plugin import checkall
+from radiance.plugin.base import RadianceLinearMethod, RadianceQuantConfig, config_int
+from radiance.plugin.layout import GROUP, Layout
+from radiance.plugin.params import TensorSpec, packed_param, rotation_param
+
+PACK = 8  # int4 codes per int32
+
+
+def specs(krot: int) -> dict[str, TensorSpec]:
+    return {
+        "qweight": TensorSpec("qweight", torch.int32, lambda k, n: (k, n // PACK)),
+        "qzeros": TensorSpec("qzeros", torch.int32, lambda k, n: (k // GROUP, n // PACK)),
+        "scales": TensorSpec("scales", torch.float16, lambda k, n: (k // GROUP, n)),
+        "pairs": TensorSpec("pairs", torch.int16, lambda k, n: (krot, k)),
+        "theta": TensorSpec("theta", torch.float16, lambda k, n: (krot, k // 2)),
+        "channel_scales": TensorSpec("channel_scales", torch.float16, lambda k, n: (1, k)),
+    }
+
+
+@register_weight_loader_v2_supported_method
+class ParoQuantLinearMethod(RadianceLinearMethod):
+    TENSORS = fmt.TENSORS
+
+    def _create(self, layer, lay: Layout, weight_loader) -> None:
+        for name, size in zip(lay.names, lay.sizes):
+            if size % PACK:
+                raise FormatError(
+                    f"{name}: {size} output columns on this rank (tp={lay.tp_size}) is not a multiple of "
+                    f"{PACK}, so the int4 packing cannot be split there; use a tensor-parallel size that "
+                    "keeps each partition a multiple of 8 columns"
+                )
+        s, k, n, krot = specs(self.config.krot), lay.k, sum(lay.sizes), self.config.krot
+        params = {
+            "qweight": packed_param(lay, s["qweight"], (k, n // PACK), 0, 1, 1, PACK, weight_loader),
+            "qzeros": packed_param(lay, s["qzeros"], (k // GROUP, n // PACK), 0, 1, 1, PACK, weight_loader),
+            "scales": packed_param(lay, s["scales"], (k // GROUP, n), 0, 1, None, 1, weight_loader),
+            "pairs": rotation_param(lay, s["pairs"], (krot, k)),
+            "theta": rotation_param(lay, s["theta"], (krot, k // 2)),
+            "channel_scales": rotation_param(lay, s["channel_scales"], (1, k)),
+        }
+        for name, p in params.items():
+            layer.register_parameter(name, p)
+
+    def _prepare(self, layer, lay: Layout) -> ops.PreparedLinear:
+        qw, qz, sc = layer.qweight.data, layer.qzeros.data, layer.scales.data
+        rotations = []
+        for p, (n0, n1) in enumerate(lay.partition_bounds()):
+            rot = (layer.pairs.data[p], layer.theta.data[p], layer.channel_scales.data[p])
+            part = fmt.ParoTensors(qw[:, n0 // PACK:n1 // PACK], qz[:, n0 // PACK:n1 // PACK], sc[:, n0:n1], *rot)
+            fmt.validate(part, lay.names[p], self.config.bits, self.config.group_size)
+            rotations.append(rot)
+        return ops.prepare_paroquant(qw, qz, sc, rotations, lay.sizes)
+
+    def _exact(self, layer, lay, x, bias):
+        return checkall.paroquant_exact(layer, lay, x, bias)
+
+
+@register_quantization_config("paroquant")
+class ParoQuantConfig(RadianceQuantConfig):
+    METHOD = "paroquant"
+    LINEAR = ParoQuantLinearMethod
+
+    def __init__(self, bits: int, group_size: int, krot: int, modules_to_not_convert: list[str] | None = None):
+        super().__init__(bits, group_size, modules_to_not_convert)
+        self.krot = krot
+
+    def __repr__(self) -> str:
+        return f"ParoQuantConfig(bits={self.bits}, group_size={self.group_size}, krot={self.krot})"
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> ParoQuantConfig:
+        bits = config_int(config, "bits", "paroquant")
+        group_size = config_int(config, "group_size", "paroquant")
+        krot = config_int(config, "krot", "paroquant", default=fmt.MAX_KROT)
+        fmt.validate_config("config.json quantization_config", bits, group_size)
+        if not 1 <= krot <= fmt.MAX_KROT:
+            raise FormatError(
+                f"config.json quantization_config: paroquant krot must be between 1 and {fmt.MAX_KROT}, got {krot}"
+            )
+        return cls(bits, group_size, krot, config.get("modules_to_not_convert"))

@@ -1,0 +1,64 @@
+"""Modules left unquantized, and the skinny unquantized linear method that serves them."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from vllm.model_executor.layers.linear import UnquantizedLinearMethod, register_weight_loader_v2_supported_method
+
+from radiance.kernels import ops
+from radiance.kernels.formats import FormatError
+from radiance.knobs import knob
+from radiance.plugin import custom_op
+
+# What z-lab's ParoQuant checkpoints leave in 16 bit (vision tower, GDN gate projections).
+DEFAULT_SKIP = (r".*visual.*", r".*in_proj_a.*", r".*in_proj_b.*")
+
+
+def skip_patterns(checkpoint_list: list[str] | None) -> list[re.Pattern]:
+    """Built-in list + the checkpoint's `modules_to_not_convert` + RADIANCE_PQ_SKIP (regexes, re.search)."""
+    raw = list(DEFAULT_SKIP) + list(checkpoint_list or [])
+    raw += [p.strip() for p in (knob("RADIANCE_PQ_SKIP") or "").split(",") if p.strip()]
+    out = []
+    for p in raw:
+        try:
+            out.append(re.compile(p))
+        except re.error as exc:
+            raise ValueError(f"skip pattern {p!r} (modules_to_not_convert / RADIANCE_PQ_SKIP) is not a regex: {exc}") from None
+    return out
+
+
+def is_skipped(prefix: str, packed: dict[str, list[str]], patterns: list[re.Pattern]) -> bool:
+    """A merged vLLM layer is skipped only if every projection in it is."""
+    head, _, last = prefix.rpartition(".")
+    names = [f"{head}.{s}" if head else s for s in packed.get(last, [])] or [prefix]
+    hits = [any(p.search(name) for p in patterns) for name in names]
+    if any(hits) and not all(hits):
+        raise FormatError(
+            f"{prefix}: vLLM merges {', '.join(names)} into one layer, but only some of them are listed as "
+            "unquantized; skip all of them or none"
+        )
+    return all(hits)
+
+
+@register_weight_loader_v2_supported_method
+class SkinnyUnquantizedLinearMethod(UnquantizedLinearMethod):
+    """vLLM's unquantized weights, computed through radiance's op so GPU rows can route skinny
+    (decode-band) calls to a split-K kernel instead of a GEMM library's poor small-M choice."""
+
+    def __init__(self, prefix: str = "") -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def create_weights(self, layer, input_size_per_partition, output_partition_sizes, input_size,
+                       output_size, params_dtype, **extra_weight_attrs):
+        super().create_weights(layer, input_size_per_partition, output_partition_sizes, input_size,
+                               output_size, params_dtype, **extra_weight_attrs)
+        custom_op.declare(layer, self.prefix, sum(output_partition_sizes))
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        custom_op.attach(layer, ops.prepare_dense(layer.weight.data))
+
+    def apply(self, layer, x, bias=None):
+        return custom_op.apply(layer, x, bias)
