@@ -120,6 +120,7 @@ class Stack(_Strict):
     check_shapes: list[str] = Field(default_factory=list)
     max_num_seqs: int | None = Field(default=None, ge=1)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    start_timeout_s: int | None = Field(default=None, ge=10)
     env: EnvMap = Field(default_factory=dict)
     extra_args: list[str] = Field(default_factory=list)
     eval: ModeOverrides = Field(default_factory=ModeOverrides)
