@@ -8,12 +8,15 @@ the switcher never disagree about names, ports, GPUs or conflicts.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from radiance import paths
+from radiance.launcher.locations import stack_paths
+from radiance.launcher.mounts import container_mounts
 from radiance.launcher.stack import Stack, StackFile
 
 DEFAULT_HOST = "127.0.0.1"
@@ -21,7 +24,6 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_START_TIMEOUT_S = 1800
 # Grace vLLM gets after SIGTERM before podman/systemd kill it; TimeoutStopSec adds a margin on top.
 DEFAULT_STOP_GRACE_S = 90
-CONTAINER_STACKS_PATH = "/etc/radiance/stacks.yaml"
 
 
 def unit_name(stack_name: str) -> str:
@@ -47,11 +49,6 @@ def probe_url(stack: Stack) -> str:
     host = bind_host(stack)
     host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     return f"http://{host}:{stack.port}"
-
-
-def model_path(stack: Stack) -> Path:
-    p = Path(stack.model).expanduser()
-    return p if p.is_absolute() else paths.models_dir() / p
 
 
 def _shares(a: Stack, b: Stack) -> list[str]:
@@ -109,7 +106,6 @@ class UnitSpec:
     podman: str
     start_timeout_s: int = DEFAULT_START_TIMEOUT_S
     stop_grace_s: int = DEFAULT_STOP_GRACE_S
-    extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def stop_timeout_s(self) -> int:
@@ -132,7 +128,7 @@ def _devices(vend: str, gpus: list[int]) -> tuple[list[str], list[str], dict[str
 def unit_spec(sf: StackFile, name: str, *, mode: str = "prod", launcher_bin: str | None = None,
               podman_bin: str = "/usr/bin/podman") -> UnitSpec:
     stack = sf.get(name)
-    stacks_path = str(Path(sf.path).resolve()) if sf.path else CONTAINER_STACKS_PATH
+    stacks_path = str(Path(sf.path or "stacks.yaml").expanduser().absolute())
     vend = vendor(stack)
     dev_args, quadlet_devs, env = _devices(vend, list(stack.devices))
     env = {**env, **{k: str(v) for k, v in stack.env.items()}}
@@ -150,24 +146,10 @@ def unit_spec(sf: StackFile, name: str, *, mode: str = "prod", launcher_bin: str
         cmd = [launcher_bin or default_launcher_bin(), name, "--mode", mode, "--stacks", stacks_path]
         return UnitSpec(command=cmd, env=env, mounts=[], device_args=[], quadlet_devices=[], **common)
 
-    # podman: every host path the launcher reads is mounted at the same path, so the stack file
-    # means the same thing inside the container; the model is read-only, caches are writable.
-    home = str(paths.home())
-    env["RADIANCE_HOME"] = home
-    mounts = [f"{stacks_path}:{CONTAINER_STACKS_PATH}:ro", f"{model_path(stack)}:{model_path(stack)}:ro"]
-    if stack.drafter is not None and stack.drafter.model:
-        d = Path(stack.drafter.model).expanduser()
-        d = d if d.is_absolute() else paths.models_dir() / d
-        mounts.append(f"{d}:{d}:ro")
-    for cache in (paths.kernel_cache_dir(), paths.compile_cache_root(), paths.state_dir()):
-        mounts.append(f"{cache}:{cache}")
-    if stack.cache_dir:
-        c = Path(stack.cache_dir).expanduser()
-        mounts.append(f"{c}:{c}")
-    if stack.chat_template:
-        t = Path(stack.chat_template).expanduser()
-        t = t if t.is_absolute() else Path(stacks_path).parent / t
-        mounts.append(f"{t}:{t}:ro")
-    cmd = ["radiance-launch", name, "--mode", mode, "--stacks", CONTAINER_STACKS_PATH]
-    return UnitSpec(command=cmd, env=env, mounts=mounts, device_args=dev_args, quadlet_devices=quadlet_devs,
-                    extra={"home": home}, **common)
+    # podman: the launcher's identity mounts (host path = container path), so the stack file
+    # means the same thing inside the container as on the host.
+    sp = stack_paths(sf, stack, os.environ)
+    env["RADIANCE_HOME"] = str(paths.home())
+    mounts = [m.podman_arg() for m in container_mounts(sp)]
+    cmd = ["radiance-launch", name, "--mode", mode, "--stacks", str(sp.stack_file)]
+    return UnitSpec(command=cmd, env=env, mounts=mounts, device_args=dev_args, quadlet_devices=quadlet_devs, **common)

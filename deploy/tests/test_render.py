@@ -33,7 +33,7 @@ def home(monkeypatch, tmp_path):
 
 
 def _normalized(path: Path) -> str:
-    return path.read_text().replace(str(EXAMPLE.resolve()), FIXED_STACKS)
+    return path.read_text().replace(str(EXAMPLE.absolute()), FIXED_STACKS)
 
 
 def test_golden_units_for_every_example_stack(home):
@@ -70,7 +70,8 @@ def test_podman_unit_passes_devices_model_and_ports(home):
                 "--volume /var/lib/radiance/models/Qwen3.8-27B-PARO:/var/lib/radiance/models/Qwen3.8-27B-PARO:ro",
                 "--publish 127.0.0.1:8080:8080", "--name qwen_vllm_paro", "--label radiance.stack=paro",
                 "Conflicts=radiance-paromx.service radiance-pq2.service radiance-turing.service",
-                "radiance-launch paro --mode prod --stacks /etc/radiance/stacks.yaml"):
+                f"--volume {EXAMPLE.absolute()}:{EXAMPLE.absolute()}:ro",  # identity mount of the stack file
+                f"radiance-launch paro --mode prod --stacks {EXAMPLE.absolute()}"):
         assert arg in paro, arg
     pq2 = render.render_unit(unitspec.unit_spec(sf, "pq2"))
     assert "--device nvidia.com/gpu=all" in pq2 and "--env CUDA_VISIBLE_DEVICES=0" in pq2
