@@ -211,16 +211,19 @@ def tile_for(layer: ParoLayer, m: int) -> Tile:
 
 
 def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor, rs: torch.Tensor,
-                 out_dtype: torch.dtype) -> torch.Tensor:
-    """y [M, N] from prologue outputs (a [P, M, K], s/rs [P, M, G])."""
+                 out_dtype: torch.dtype, tile: Tile | None = None) -> torch.Tensor:
+    """y [M, N] from prologue outputs (a [P, M, K], s/rs [P, M, G]); `tile` overrides the table
+    (benchmark sweeps)."""
     check_partitions(layer, a)
     m = a.shape[1]
-    t = tile_for(layer, m)
+    t = tile or tile_for(layer, m)
     y = torch.empty(m, layer.n, dtype=out_dtype, device=a.device)
-    scr = _SCRATCH.get(a.device) if t.split > 1 else None
+    scr = _SCRATCH.get(a.device)
+    if scr is None:
+        raise RuntimeError(f"paroquant: no scratch reserved on {a.device}; prepare the layer on the device it runs on")
     paro_gemm.gemm(a, s, rs, layer.wb, layer.sc, layer.d, y, bm=t.bm, bn=t.bn, split=t.split,
-                   pb1=layer.bounds[0], pb2=layer.bounds[1], part=scr.part if scr else None,
-                   cnt=scr.cnt if scr else None, num_warps=t.warps, num_stages=t.stages)
+                   pb1=layer.bounds[0], pb2=layer.bounds[1], part=scr.part, cnt=scr.cnt,
+                   num_warps=t.warps, num_stages=t.stages)
     return y
 
 
@@ -233,7 +236,7 @@ def _scratch_forward(layer: ParoLayer, x: torch.Tensor) -> torch.Tensor:
     return (ys[0] if len(ys) == 1 else torch.cat(ys, dim=1)).to(x.dtype)
 
 
-def forward(layer: ParoLayer, x: torch.Tensor) -> torch.Tensor:
+def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None) -> torch.Tensor:
     """y [M, N] = the layer applied to x [M, K] (bf16 / fp16 / fp32), plus bias."""
     if x.dim() != 2 or x.shape[1] != layer.k:
         raise ValueError(f"paroquant: expected input [M, {layer.k}], got {list(x.shape)}")
@@ -243,7 +246,7 @@ def forward(layer: ParoLayer, x: torch.Tensor) -> torch.Tensor:
     else:
         mode = paro_rotate.I8G if layer.i8 else paro_rotate.F16G
         a, s, rs = paro_rotate.rotate(x, layer.tables, mode)
-        y = gemm_rotated(layer, a, s, rs, x.dtype)
+        y = gemm_rotated(layer, a, s, rs, x.dtype, tile)
     if layer.bias is not None:
         y += layer.bias.to(y.dtype)
     return y

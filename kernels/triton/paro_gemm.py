@@ -44,9 +44,8 @@ def repack(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: lis
 
 @triton.jit
 def _paro_gemm_kernel(A, S, RS, W, SC, D, Y, PART, CNT,
-                      M, N, K, G, pb1, pb2, gps,
-                      BM: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr,
-                      A_INT8: tl.constexpr):
+                      M, N, K, G, pb1, pb2, gps, SPLIT,
+                      BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -67,8 +66,8 @@ def _paro_gemm_kernel(A, S, RS, W, SC, D, Y, PART, CNT,
         a_lo = tl.load(a_base + g * 128, mask=mmask[None, :], other=0)
         a_hi = tl.load(a_base + g * 128 + 64, mask=mmask[None, :], other=0)
         if A_INT8:
-            lo = (w & 15).to(tl.int8) - 8
-            hi = (w >> 4).to(tl.int8) - 8
+            lo = ((w & 15).to(tl.int8) - 8).to(tl.int8)
+            hi = ((w >> 4).to(tl.int8) - 8).to(tl.int8)
             dg = tl.dot(lo, a_lo, out_dtype=tl.int32)
             dg = tl.dot(hi, a_hi, dg, out_dtype=tl.int32)
             dg = dg.to(tl.float32)
@@ -108,15 +107,14 @@ def gemm(a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1: int, pb2:
     gps = triton.cdiv(g, split)
     split = triton.cdiv(g, gps)
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), split)
-    if split > 1:
-        if part is None or cnt is None or part.numel() < split * m * n or cnt.numel() < grid[0] * grid[1]:
-            raise RuntimeError(
-                f"paroquant split-K scratch too small for split={split} M={m} N={n}; "
-                "reserve it with radiance.kernels.paro_ops.reserve_scratch before graph capture")
-    else:
-        part, cnt = y, y  # unused
-    _paro_gemm_kernel[grid](a, s, rs, wb, sc, d, y, part, cnt, m, n, k, g, pb1, pb2, gps,
-                            BM=bm, BN=bn, SPLIT=split, A_INT8=a.dtype == torch.int8,
+    if part is None or cnt is None or part.dtype != torch.float32 or cnt.dtype != torch.int32:
+        raise RuntimeError("paroquant GEMM needs its fp32 partial and int32 ticket scratch")
+    if split > 1 and (part.numel() < split * m * n or cnt.numel() < grid[0] * grid[1]):
+        raise RuntimeError(
+            f"paroquant split-K scratch too small for split={split} M={m} N={n}; "
+            "reserve it with radiance.kernels.paro_ops.reserve_scratch before graph capture")
+    _paro_gemm_kernel[grid](a, s, rs, wb, sc, d, y, part, cnt, m, n, k, g, pb1, pb2, gps, split,
+                            BM=bm, BN=bn, A_INT8=a.dtype == torch.int8,
                             num_warps=num_warps, num_stages=num_stages)
     return y
 

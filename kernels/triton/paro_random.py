@@ -12,13 +12,16 @@ from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors, pack_awq
 
 
 def random_layer(n: int, k: int, gen: torch.Generator, krot: int = 8) -> ParoTensors:
+    """On gen's device (a CUDA generator makes the big bench layers fast)."""
     g = k // GROUP_SIZE
-    codes = torch.randint(0, 16, (k, n), generator=gen)
-    zeros = torch.randint(2, 15, (g, n), generator=gen)
-    scales = (torch.rand(g, n, generator=gen) * 0.02 + 0.002).to(torch.float16)
-    pairs = torch.argsort(torch.rand(krot * g, GROUP_SIZE, generator=gen), dim=-1).view(krot, k).to(torch.int16)
-    theta = ((torch.rand(krot, k // 2, generator=gen) * 2 - 1) * math.pi).to(torch.float16)
-    cs = (torch.rand(1, k, generator=gen) + 0.5).to(torch.float16)
+    dev = gen.device
+    codes = torch.randint(0, 16, (k, n), generator=gen, device=dev)
+    zeros = torch.randint(2, 15, (g, n), generator=gen, device=dev)
+    scales = (torch.rand(g, n, generator=gen, device=dev) * 0.02 + 0.002).to(torch.float16)
+    pairs = torch.argsort(torch.rand(krot * g, GROUP_SIZE, generator=gen, device=dev), dim=-1)
+    pairs = pairs.view(krot, k).to(torch.int16)
+    theta = ((torch.rand(krot, k // 2, generator=gen, device=dev) * 2 - 1) * math.pi).to(torch.float16)
+    cs = (torch.rand(1, k, generator=gen, device=dev) + 0.5).to(torch.float16)
     return ParoTensors(pack_awq(codes), pack_awq(zeros), scales, pairs, theta, cs)
 
 
@@ -46,3 +49,37 @@ def rel(y: torch.Tensor, ref: torch.Tensor) -> float:
     if not torch.isfinite(y).all():
         return math.inf
     return float((y - ref).norm() / ref.norm())
+
+
+REAL_LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def export_real_layer(model_dir: str, out: str, layer: int = 0, rows: int = 300) -> None:
+    """One decoder layer of a bf16 HF checkpoint, quantized by radiance's own quantizer, plus real
+    activations feeding each linear (norm-fed rows of token embeddings; the MLP's silu*up for
+    down_proj), into one safetensors file small enough to carry to the device."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from radiance.quantize.convert import QuantizeOptions, quantize_linear
+
+    f = safe_open(f"{model_dir}/model.safetensors", "pt")
+    pre = f"model.layers.{layer}."
+    state: dict[str, torch.Tensor] = {}
+    opts = QuantizeOptions(format="paroquant")
+    w = {name: f.get_tensor(pre + name + ".weight") for name in REAL_LINEARS}
+    for name in REAL_LINEARS:
+        state.update(quantize_linear(name, w[name].to(torch.float32), opts))
+    emb = f.get_tensor("model.embed_tokens.weight")[1000:1000 + rows].to(torch.float32)
+
+    def norm(x, weight):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.to(torch.float32)
+
+    x_attn = norm(emb, f.get_tensor(pre + "input_layernorm.weight"))
+    x_mlp = norm(emb, f.get_tensor(pre + "post_attention_layernorm.weight"))
+    h = torch.nn.functional.silu(x_mlp @ w["mlp.gate_proj"].float().t()) * (x_mlp @ w["mlp.up_proj"].float().t())
+    state["x.attn"] = x_attn.to(torch.bfloat16)
+    state["x.mlp"] = x_mlp.to(torch.bfloat16)
+    state["x.down"] = h.to(torch.bfloat16)
+    save_file({k: v.contiguous() for k, v in state.items()}, out)
