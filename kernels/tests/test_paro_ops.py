@@ -1,0 +1,112 @@
+"""paroquant NVIDIA dispatch on CPU with a faked GPU capability: tile fitting, Turing choices,
+knob overrides and refusals, the partition guard, the weight repack and rotation tables."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from radiance.kernels import paro_ops as ops
+from radiance.kernels import reference
+from radiance.kernels.formats.paroquant import unpack_awq
+from radiance.kernels.triton import paro_gemm, paro_rotate
+from radiance.kernels.triton import paro_random as rnd
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator().manual_seed(3)
+
+
+def test_turing_tiles_are_halved_to_fit_64kb():
+    h200 = ops.prefill_tile((9, 0), i8=False)
+    turing = ops.prefill_tile((7, 5), i8=False)
+    assert ops.smem_bytes(h200, 2) > 64 * 1024  # the H200 tile would not fit a Turing SM
+    assert ops.smem_bytes(turing, 2) <= 64 * 1024
+    assert (turing.bm, turing.bn) != (h200.bm, h200.bn) or turing.stages < h200.stages
+    assert h200 == ops.Tile(128, 128, 8, 3)  # the H200 choice is unchanged by the fitting
+    for m in (1, 16, 64):
+        t = ops.decode_tile(m, 5120, 136, 30, (7, 5))
+        assert ops.smem_bytes(t, 2) <= 64 * 1024
+
+
+def test_fit_tile_refuses_an_impossible_limit():
+    with pytest.raises(ValueError, match="no GEMM tile fits"):
+        ops.fit_tile(ops.Tile(128, 128, 8, 3), 1024)
+
+
+@pytest.mark.parametrize("cap, knob, want", [((7, 5), None, True), ((8, 6), None, False), ((9, 0), None, False),
+                                              ((7, 5), "0", False), ((9, 0), "1", True)])
+def test_scratch_gemm_by_capability_with_override(monkeypatch, cap, knob, want):
+    if knob is None:
+        monkeypatch.delenv("RADIANCE_PQ_SCRATCH_GEMM", raising=False)
+    else:
+        monkeypatch.setenv("RADIANCE_PQ_SCRATCH_GEMM", knob)
+    assert ops.scratch_gemm_preferred(cap) is want
+
+
+def test_bad_knob_values_are_errors(monkeypatch):
+    monkeypatch.setenv("RADIANCE_PQ_SCRATCH_GEMM", "yes")
+    with pytest.raises(ValueError, match="RADIANCE_PQ_SCRATCH_GEMM"):
+        ops.scratch_gemm_preferred((9, 0))
+    monkeypatch.setenv("RADIANCE_PQ_I8", "2")
+    with pytest.raises(ValueError, match="RADIANCE_PQ_I8"):
+        ops.use_int8((9, 0))
+
+
+def test_w4a8_below_ampere_is_refused_not_downgraded(monkeypatch):
+    monkeypatch.setenv("RADIANCE_PQ_I8", "1")
+    assert ops.use_int8((8, 6)) is True
+    with pytest.raises(ValueError, match="sm_80"):
+        ops.use_int8((7, 5))
+
+
+def test_decode_split_fills_the_gpu_and_respects_groups():
+    assert ops.decode_tile(1, 34816, 40, 132, (9, 0)).split == 1  # 272 column blocks: enough already
+    down = ops.decode_tile(1, 5120, 136, 132, (9, 0))
+    assert down.split > 1 and down.bm == 16
+    assert ops.decode_tile(1, 128, 2, 132, (9, 0)).split == 1  # never more splits than groups / 2
+    assert ops.decode_tile(40, 5120, 40, 132, (9, 0)).bm == 64
+
+
+def test_prepare_checks_partitions_and_boundaries(gen):
+    parts = [rnd.random_layer(256, 256, gen), rnd.random_layer(128, 256, gen)]
+    qw, qz, sc, rots, _ = rnd.merged(parts)
+    with pytest.raises(ValueError, match="multiple of 128"):
+        ops.prepare(qw, qz, sc, rots, [200], cap=(9, 0))
+    with pytest.raises(ValueError, match="boundaries"):
+        ops.prepare(qw, qz, sc, rots, [], cap=(9, 0))
+    layer = ops.prepare(qw, qz, sc, rots, [256], cap=(9, 0))
+    assert layer.bounds == (256, 1 << 30) and layer.parts == 2
+    ops.check_partitions(layer, torch.zeros(2, 3, 256, dtype=torch.float16))
+    with pytest.raises(ValueError, match="do not match"):  # a 1-copy stack for a 2-rotation layer
+        ops.check_partitions(layer, torch.zeros(1, 3, 256, dtype=torch.float16))
+
+
+def test_merged_tile_never_straddles_a_boundary(gen):
+    parts = [rnd.random_layer(384, 256, gen), rnd.random_layer(128, 256, gen)]
+    layer = ops.prepare(*rnd.merged(parts), cap=(9, 0))
+    for m in (1, 100):
+        assert 384 % ops.tile_for(layer, m).bn == 0
+
+
+def test_repack_is_the_checkpoint_codes(gen):
+    t = rnd.random_layer(64, 256, gen)
+    wb, sc, d = paro_gemm.repack([t.qweight], [t.qzeros], [t.scales])
+    codes = unpack_awq(t.qweight)  # [K, N]
+    lo, hi = (wb & 15), (wb >> 4)  # [G, N, 64]
+    assert torch.equal(lo[1, 5, 7], codes[128 + 7, 5]) and torch.equal(hi[1, 5, 7], codes[128 + 64 + 7, 5])
+    assert torch.equal(d.to(torch.int16) + 8, unpack_awq(t.qzeros).to(torch.int16))
+    assert torch.equal(sc, t.scales)
+
+
+def test_rotation_tables_reproduce_reference_rotate(gen):
+    t = rnd.random_layer(8, 384, gen, krot=5)
+    tab = paro_rotate.build_tables([rnd.rotation_of(t)])
+    x = torch.randn(4, 384, dtype=torch.float64, generator=gen)
+    y = x * tab.cs[0].double()
+    for layer in range(tab.krot):
+        idx = (torch.arange(384) // 128) * 128 + tab.partner[0, layer].long()
+        y = y * tab.cos[0, layer].double() + y[:, idx] * tab.ssin[0, layer].double()
+    ref = reference.rotate(x, t.pairs, t.theta, t.channel_scales)
+    assert rnd.rel(y, ref) < 1e-6  # the tables' cos/sin are fp32, the reference here float64
