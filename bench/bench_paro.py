@@ -212,7 +212,11 @@ def main():
                     print(f"# gemlite {kind} {name} M={m}: {e!r}", flush=True)
             line = []
             for label, layers, gkind in (("w4a16", p16, "a16w4"), ("w4a8", p8, "a8w4")):
-                us = graph_time([lambda l=l, x=xs[i % 4]: ops.forward(l, x) for i, l in enumerate(layers)])
+                try:
+                    us = graph_time([lambda l=l, x=xs[i % 4]: ops.forward(l, x) for i, l in enumerate(layers)])
+                except Exception as e:
+                    print(f"# {label} {name} M={m}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                    continue
                 best, best_t = us, ops.tile_for(layers[0], m)
                 if not args.no_sweep and m in SWEEP_MS:
                     for t in variants(m, label == "w4a8"):

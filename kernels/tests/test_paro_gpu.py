@@ -153,3 +153,19 @@ def test_real_qwen_layer(i8):
             x = st[xname][:m]
             err = rnd.rel(ops.forward(layer, x), rnd.reference_merged(x, parts, act))
             assert err <= 2e-3, f"real {site} M={m}: rel {err:.2e}"
+
+
+def test_dispatch_table_row(gen):
+    from radiance.kernels import ops
+    from radiance.kernels.triton import paro_random as rnd
+
+    parts = _layers([1024, 256, 256], 2048, gen)
+    prep = ops.prepare_paroquant(torch.cat([t.qweight for t in parts], 1), torch.cat([t.qzeros for t in parts], 1),
+                                 torch.cat([t.scales for t in parts], 1), [rnd.rotation_of(t) for t in parts],
+                                 [1024, 256, 256])
+    bias = torch.randn(1536, device="cuda", dtype=torch.bfloat16)
+    for m in (1, 100):
+        x = torch.randn(m, 2048, device="cuda", dtype=torch.bfloat16)
+        y = ops.linear_forward(prep, x, bias)
+        ref = rnd.reference_merged(x, parts, None) + bias.float()
+        assert rnd.rel(y, ref) <= 2e-3
