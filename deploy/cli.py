@@ -42,3 +42,6 @@ def render(
 def register(app: typer.Typer) -> None:
     """Add this package's commands to the root app."""
     app.command("render")(render)
+    from radiance.deploy.setup_cli import setup
+
+    app.command("setup")(setup)

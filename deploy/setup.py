@@ -1,0 +1,237 @@
+"""`radiance setup`: bring this host to the state the stack file needs, idempotently.
+
+Steps, each reporting ok (nothing to do), changed (did it), missing (cannot do it here: says what to
+do) or skipped (not needed by these stacks): host check (GPU devices and driver, podman, systemd,
+disk), images (images/Containerfile.*), checkpoints and drafters (sha256 against the model dir's
+SHA256SUMS), kernels prebuilt into the cache, units rendered and installed (+ daemon-reload).
+`check=True` reports what a run would do and changes nothing. Verified checksums are remembered by
+(path, size, mtime) in the state dir, so a second run does not re-read 20 GB checkpoints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from radiance import atomic, paths
+from radiance.deploy import podman as podman_mod
+from radiance.deploy import systemd
+from radiance.deploy.unitspec import vendor
+from radiance.launcher.locations import model_path
+from radiance.launcher.stack import StackFile
+
+MANIFEST = "SHA256SUMS"
+MIN_FREE_GB = 20.0
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    status: str  # ok / changed / missing / skipped
+    detail: str
+
+
+Progress = Callable[[str, int, int], None]  # (label, done, total): long steps report through it
+
+
+def _gpu_check(vendors: set[str], dev: Path = Path("/dev")) -> list[Step]:
+    steps = []
+    if "rocm" in vendors:
+        if not (dev / "kfd").exists():
+            steps.append(Step("gpu: rocm", "missing", "no AMD GPU: /dev/kfd is missing (amdgpu driver not loaded "
+                                                      "or no card); the gfx1201 stacks cannot run here"))
+        else:
+            ver = Path("/sys/module/amdgpu/version")
+            steps.append(Step("gpu: rocm", "ok", f"/dev/kfd present, amdgpu {ver.read_text().strip() if ver.exists() else 'in-kernel'}"))
+    if "nvidia" in vendors:
+        ver = Path("/proc/driver/nvidia/version")
+        if not (dev / "nvidia0").exists() or not ver.exists():
+            steps.append(Step("gpu: nvidia", "missing", "no NVIDIA GPU: /dev/nvidia0 or /proc/driver/nvidia/version "
+                                                        "is missing (driver not loaded or no card)"))
+        else:
+            steps.append(Step("gpu: nvidia", "ok", ver.read_text().splitlines()[0].strip()))
+    return steps
+
+
+def host_check(sf: StackFile, names: list[str]) -> list[Step]:
+    stacks = [sf.get(n) for n in names]
+    steps = _gpu_check({vendor(s) for s in stacks} - {"cpu"})
+    if any(s.runtime == "podman" for s in stacks):
+        ver = podman_mod.version()
+        if ver is None:
+            steps.append(Step("podman", "missing", "podman is not installed or does not answer (apt-get install podman runc)"))
+        else:
+            q = "Quadlet available" if podman_mod.has_quadlet(ver) else "no Quadlet (< 4.4): plain .service units"
+            steps.append(Step("podman", "ok", f"podman {ver}; {q}"))
+    why = systemd.available()
+    steps.append(Step("systemd", "ok" if why is None else "missing",
+                      "systemd is PID 1" if why is None else f"{why}: units can be rendered but not run"))
+    home = paths.home()
+    probe = home if home.exists() else next(p for p in home.parents if p.exists())
+    free = shutil.disk_usage(probe).free / 2**30
+    steps.append(Step("disk", "ok" if free >= MIN_FREE_GB else "missing",
+                      f"{free:.0f} GiB free under {probe} (need >= {MIN_FREE_GB:.0f} GiB for checkpoints and caches)"))
+    return steps
+
+
+# ---- images -------------------------------------------------------------------------------------
+
+def images(sf: StackFile, names: list[str], check: bool, say: Callable[[str], None]) -> list[Step]:
+    from radiance.images.build import ImageBuildError, build
+
+    wanted: dict[str, str] = {}  # image tag -> flavor
+    for n in names:
+        s = sf.get(n)
+        if s.runtime == "podman" and s.image:
+            wanted.setdefault(s.image, {"rocm": "rocm", "nvidia": "cuda", "cpu": "cpu"}[vendor(s)])
+    if not wanted:
+        return [Step("images", "skipped", "no podman stacks")]
+    if podman_mod.version() is None:
+        return [Step(f"image {t}", "missing", "podman is not installed") for t in wanted]
+    steps = []
+    for tag, flavor in sorted(wanted.items()):
+        try:
+            b = build(flavor, tag=tag, say=say, check=check)
+        except ImageBuildError as e:
+            steps.append(Step(f"image {tag}", "missing", str(e).splitlines()[0]))
+            continue
+        if not b.built:
+            steps.append(Step(f"image {tag}", "ok", f"{b.ref} is current"))
+        else:
+            steps.append(Step(f"image {tag}", "missing" if check else "changed",
+                              f"{'would build' if check else 'built'} {b.ref} from Containerfile.{flavor}"))
+    return steps
+
+
+# ---- checkpoints --------------------------------------------------------------------------------
+
+def _verified_path() -> Path:
+    return paths.state_dir() / "setup" / "verified.json"
+
+
+def _sha256(path: Path, progress: Progress | None, label: str) -> str:
+    h, total, done = hashlib.sha256(), path.stat().st_size, 0
+    with path.open("rb") as f:
+        while chunk := f.read(16 << 20):
+            h.update(chunk)
+            done += len(chunk)
+            if progress:
+                progress(label, done, total)
+    return h.hexdigest()
+
+
+def verify_checkpoint(d: Path, check: bool, progress: Progress | None = None) -> tuple[str, str]:
+    """(status, detail) for one checkpoint dir against its SHA256SUMS."""
+    if not d.is_dir():
+        return "missing", f"{d} does not exist; put the checkpoint there (radiance fetch-model / quantize)"
+    manifest = d / MANIFEST
+    if not manifest.is_file():
+        return "missing", f"{d} has no {MANIFEST} (sha256sum format); create it where the checkpoint was made"
+    known = json.loads(_verified_path().read_text()) if _verified_path().exists() else {}
+    entries, bad, fresh = [], [], {}
+    for line in manifest.read_text().splitlines():
+        if line.strip():
+            digest, name = line.split(maxsplit=1)
+            entries.append((digest, d / name.lstrip("*")))
+    for digest, f in entries:
+        if not f.is_file():
+            bad.append(f"{f.name} missing")
+            continue
+        st = f.stat()
+        stamp = f"{st.st_size}:{st.st_mtime_ns}:{digest}"
+        if known.get(str(f)) == stamp:
+            continue
+        if _sha256(f, progress, f"sha256 {f.name}") != digest:
+            bad.append(f"{f.name} sha256 mismatch")
+        else:
+            fresh[str(f)] = stamp
+    if bad:
+        return "missing", f"{d}: " + ", ".join(bad)
+    if fresh and not check:
+        atomic.write_text(_verified_path(), json.dumps({**known, **fresh}, indent=1, sort_keys=True))
+    return "ok", f"{d}: {len(entries)} files match {MANIFEST}" + (f" ({len(fresh)} newly hashed)" if fresh else "")
+
+
+def checkpoints(sf: StackFile, names: list[str], check: bool, progress: Progress | None) -> list[Step]:
+    dirs: dict[Path, str] = {}
+    for n in names:
+        s = sf.get(n)
+        dirs.setdefault(model_path(s.model), f"checkpoint {n}")
+        if s.drafter is not None and s.drafter.model:
+            dirs.setdefault(model_path(s.drafter.model), f"drafter {n}")
+    return [Step(label, *verify_checkpoint(d, check, progress)) for d, label in dirs.items()]
+
+
+# ---- kernels ------------------------------------------------------------------------------------
+
+def kernels(sf: StackFile, names: list[str], check: bool, say: Callable[[str], None]) -> list[Step]:
+    from radiance.launcher.plan import PlanError, resolve_plan
+
+    steps = []
+    for n in names:
+        s = sf.get(n)
+        if s.arch == "cpu":
+            steps.append(Step(f"kernels {n}", "skipped", "cpu: the torch reference path has no kernels"))
+            continue
+        try:
+            plan = resolve_plan(sf, n, "prod", os.environ)
+        except (PlanError, ValueError) as e:
+            steps.append(Step(f"kernels {n}", "missing", f"cannot plan the launch: {str(e).splitlines()[0]}"))
+            continue
+        if plan.kernel_dir is not None and (plan.kernel_dir / "manifest.json").is_file():
+            steps.append(Step(f"kernels {n}", "ok", f"{plan.kernel_dir} is built"))
+        elif check:
+            steps.append(Step(f"kernels {n}", "missing", f"would build {s.arch} kernels into {plan.kernel_cache}"))
+        else:
+            steps.append(_build_kernels(s, plan, say))
+    return steps
+
+
+def _build_kernels(stack, plan, say: Callable[[str], None]) -> Step:
+    from radiance.kernels.build import KernelBuildError, build_kernels
+
+    name = f"kernels {stack.name}"
+    if stack.runtime == "native":
+        try:
+            r = build_kernels(plan.arch, plan.kernel_cache, plan.kernel_flags)
+        except KernelBuildError as e:
+            return Step(name, "missing", str(e).splitlines()[0])
+        return Step(name, "changed" if r.built else "ok", f"{r.path}")
+    # podman stacks build with the image's compiler (hipcc lives in the image, not on the host).
+    import subprocess
+
+    say(f"building {plan.arch} kernels in {stack.image}")
+    code = ("import sys; from pathlib import Path; from radiance.kernels.build import build_kernels; "
+            "print(build_kernels(sys.argv[1], Path(sys.argv[2]), sys.argv[3:]).path)")
+    cache = str(plan.kernel_cache)
+    r = subprocess.run(["podman", "run", "--rm", "--network=none", "-v", f"{cache}:{cache}:rw", stack.image,
+                        "python3", "-c", code, plan.arch, cache, *plan.kernel_flags], capture_output=True, text=True)
+    if r.returncode != 0:
+        return Step(name, "missing", f"kernel build in {stack.image} failed: {(r.stderr or r.stdout).strip()[-300:]}")
+    return Step(name, "changed", r.stdout.strip())
+
+
+# ---- units --------------------------------------------------------------------------------------
+
+def units(sf: StackFile, unit_dir: Path, check: bool) -> list[Step]:
+    from radiance.deploy.render import render_all
+
+    results = render_all(sf, unit_dir, check=check)
+    changed = [r for r in results if r.changed]
+    if not changed:
+        return [Step("units", "ok", f"{len(results)} files in {unit_dir} are current")]
+    verb = "would write" if check else "wrote"
+    step = Step("units", "missing" if check else "changed",
+                f"{verb} {', '.join(r.path.name + (' (removed)' if r.removed else '') for r in changed)} in {unit_dir}")
+    if check:
+        return [step]
+    why = systemd.available()
+    if why is not None:
+        return [step, Step("daemon-reload", "skipped", f"{why}; run `systemctl daemon-reload` where systemd runs")]
+    systemd.daemon_reload()
+    return [step, Step("daemon-reload", "changed", "systemctl daemon-reload")]

