@@ -117,8 +117,8 @@ def load_in_vllm(model_dir: Path, **engine_kw):
     from vllm.model_executor.model_loader import get_model
     from vllm.v1.worker.cpu import shm  # noqa: F401  (the CPU worker's torch.accelerator shims)
 
-    args = EngineArgs(model=str(model_dir), skip_tokenizer_init=True, enforce_eager=True, max_model_len=256,
-                      **engine_kw)
+    kw = {"skip_tokenizer_init": True, "enforce_eager": True, "max_model_len": 256, **engine_kw}
+    args = EngineArgs(model=str(model_dir), **kw)
     cfg = args.create_engine_config()
     with set_current_vllm_config(cfg):
         model = get_model(vllm_config=cfg)
