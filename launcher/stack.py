@@ -317,8 +317,11 @@ def default_stacks_path() -> Path:
     if explicit:
         return Path(explicit).expanduser()
     mine = paths.home() / "stacks.yaml"
-    if mine.exists():
-        return mine
+    return mine if mine.exists() else bundled_example()
+
+
+def bundled_example() -> Path:
+    """deploy/stacks.example.yaml, installed with the radiance.deploy package."""
     import radiance.deploy
 
     return Path(radiance.deploy.__file__).parent / "stacks.example.yaml"
