@@ -62,7 +62,8 @@ def targets_from_stacks(stacks_path: Path | None) -> list[Target]:
         host = st.host if st.host not in (None, "", "0.0.0.0", "::") else "127.0.0.1"
         url_host = f"[{host}]" if ":" in host else host
         out.append(Target(name=name, url=f"http://{url_host}:{st.port}", port=st.port,
-                          gpus=",".join(map(str, st.devices)) or "none", model=st.served_name))
+                          # the name vLLM lists: the launcher passes `served_name or <stack name>`
+                          gpus=",".join(map(str, st.devices)) or "none", model=st.served_name or name))
     return out
 
 

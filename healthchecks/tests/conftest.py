@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,85 @@ def openai_server() -> Iterator:
     for srv in servers:
         srv.shutdown()
         srv.server_close()
+
+
+# ---- a real Prometheus server (Debian's `prometheus` package) ---------------------------------------
+
+@dataclass
+class Prometheus:
+    url: str
+    config: Path
+
+    def api(self, path: str, **params) -> dict:
+        import httpx
+
+        r = httpx.get(f"{self.url}/api/v1/{path}", params=params, timeout=10)
+        body = r.json()
+        assert body.get("status") == "success", f"Prometheus {path} {params}: {r.status_code} {body}"
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict]:
+        return self.api("query", query=expr)["result"]
+
+    def wait_for(self, expr: str, timeout_s: float = 30.0) -> list[dict]:
+        """The first non-empty result of `expr` within `timeout_s` (scrapes come every second)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            result = self.query(expr)
+            if result or time.monotonic() > deadline:
+                return result
+            time.sleep(0.5)
+
+    def targets_up(self) -> dict[str, str]:
+        return {t["labels"]["job"]: t["health"] for t in self.api("targets")["activeTargets"]}
+
+
+@pytest.fixture(scope="module")
+def prometheus_server(tmp_path_factory) -> Iterator:
+    """Factory: prometheus_server({job: "127.0.0.1:PORT"}) -> Prometheus scraping those every second.
+
+    Listens on 127.0.0.1 on a free port with a temp config and data dir; stopped after the module.
+    """
+    import subprocess
+
+    import httpx
+
+    from radiance.testing.tools import require_tool
+
+    require_tool("prometheus")
+    procs: list[subprocess.Popen] = []
+
+    def start(jobs: dict[str, str]) -> Prometheus:
+        d = tmp_path_factory.mktemp("prometheus")
+        cfg = d / "prometheus.yml"
+        scrape = "\n".join(f"  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']"
+                           for job, target in jobs.items())
+        cfg.write_text(f"global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{scrape}\n")
+        port = _free_port()
+        log = open(d / "prometheus.log", "w")
+        proc = subprocess.Popen(
+            ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={d / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1h"],
+            stdout=log, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, f"prometheus exited {proc.returncode}: {(d / 'prometheus.log').read_text()[-2000:]}"
+            try:
+                if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, f"prometheus not ready in 60s: {(d / 'prometheus.log').read_text()[-2000:]}"
+            time.sleep(0.3)
+        return Prometheus(url, cfg)
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -73,7 +73,7 @@ def test_stack_health_labels_and_probe_latency(stacks, tmp_path):
     f, demo, paro = stacks
     targets = exporter.targets_from_stacks(f)
     assert [(t.name, t.gpus, t.model) for t in targets] == [("demo", "none", "demo"), ("paro", "0,1", "qwen"),
-                                                             ("pq2", "2", None)]
+                                                             ("pq2", "2", "pq2")]
     registry, prober = exporter.build(targets, probe_timeout_s=3, state_root=tmp_path / "state")
 
     before = _samples(registry)
