@@ -10,7 +10,7 @@ import pytest
 TIERS = ("unit", "integration", "gpu")
 
 # Shared fixture modules; each package helper adds its own line here.
-pytest_plugins: list[str] = ["radiance.testing.podman"]
+pytest_plugins: list[str] = ["radiance.testing.podman", "radiance.testing.servers"]
 
 
 def _has_cuda() -> bool:
