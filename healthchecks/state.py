@@ -11,8 +11,9 @@ kind "launch", name = the stack — written by `radiance-launch` just before it 
 (`record_launch`); one file per stack, the latest launch wins:
     stack              str    stack name (same as the file name)
     mode               str    "eval" | "prod"
-    phases             {str: float}  seconds per launcher phase; names used: "kernel_build",
-                              "template", "cache_key" (others are exported as they come)
+    phases             {str: float}  seconds per launcher phase, named by the launcher ("resolve":
+                              stack file, template, cache key; "device"; "kernel_build"; "plugin");
+                              every name is exported as it comes
     kernel_builds      int    kernels compiled in this launch
     kernel_cache_hits  int    kernels taken from the kernel cache
     cache_key          str    the compile-cache key (directory name under compile/)
