@@ -259,7 +259,7 @@ def _dense_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None)
     return torch.nn.functional.linear(x, prep.data["w"], bias)
 
 
-# ----------------------------------------------------------------------------- NVIDIA pq2 + dense (Triton)
+# ----------------------------------------------------------------------------- NVIDIA pq2 (Triton)
 def _pq2_cuda_prepare(prep: PreparedLinear, t: Pq2Tensors) -> None:
     # pq2_ops owns the layout, launch plans, and the finer choice (M=1 / 2..16 / larger; pq2_table)
     from radiance.kernels import pq2_ops
@@ -274,22 +274,9 @@ def _pq2_cuda(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) 
     return y if bias is None else y + bias.to(y.dtype)
 
 
-def _dense_cuda(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    # skinny split-K GEMM for few rows of a narrow projection when RADIANCE_SKINNY_GEMM / the set say so
-    import os
-
-    from radiance.kernels import pq2_ops, pq2_table
-
-    w = prep.data["w"]
-    if pq2_table.skinny_enabled(kernel_set("pq2"), os.environ):
-        return pq2_ops.skinny_linear(x, w, bias)
-    return torch.nn.functional.linear(x, w, bias)
-
-
 # ----------------------------------------------------------------------------- the tables
 PREPARE: dict[tuple[str, str], Callable] = {
     ("pq2", "cuda"): _pq2_cuda_prepare,
-    ("dense", "cuda"): _dense_cpu_prepare,
     ("paroquant", "cpu"): _paroquant_cpu_prepare,
     ("pq2", "cpu"): _pq2_cpu_prepare,
     ("dense", "cpu"): _dense_cpu_prepare,
@@ -303,4 +290,3 @@ DISPATCH: dict[tuple[str, str, str, str], KernelFn] = {
 }
 # pq2 on NVIDIA: pq2_ops picks DP4A (M=1) / masked-plane tensor-core kernel by pq2_table and the set
 DISPATCH.update({("pq2", "cuda", b, ks): _pq2_cuda for b in BANDS for ks in KERNEL_SETS})
-DISPATCH.update({("dense", "cuda", b, ks): _dense_cuda for b in BANDS for ks in KERNEL_SETS})
