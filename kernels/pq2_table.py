@@ -92,8 +92,31 @@ def _splits_for(programs: int, steps: int, sms: int, min_steps: int, cap: int = 
     return s
 
 
-# measured winners per (device family, path, n, k, m band): filled from bench/RESULTS-pq2.md
+def tile_class(m: int) -> str:
+    """Tile classes (finer than the bands): m1, small (2..16), mid (17..64), large (> 64)."""
+    return "m1" if m == 1 else "small" if m <= SMALL_MAX_M else "mid" if m <= 64 else "large"
+
+
+# measured winners per (device family, path, n, k, tile class): bench/RESULTS-pq2.md, H200 2026-11-29
+_W8 = Tile(bn=32, bc=8, warps=8)
+_NARROW = Tile(bn=8, bc=16)
+_S4_ONE = Tile(bn=64, bt=16, splits=4, one_dot=True)
+_S8 = Tile(bn=64, bt=16, splits=8, stages=4)
+_MID2 = Tile(bn=64, bt=64, splits=2)
+_MID1 = Tile(bn=64, bt=64)
+_LARGE = Tile(bn=64, bt=128)
 TUNED: dict[tuple[str, str, int, int, str], Tile] = {}
+for (_n, _k), (_m1, _small, _mid) in {
+    (34816, 5120): (_W8, _S4_ONE, _MID2),  # gate_up
+    (5120, 17408): (_NARROW, _S8, _MID2),  # down
+    (14336, 5120): (_W8, _S4_ONE, _MID1),  # qkv
+    (5120, 6144): (_NARROW, _S8, _MID2),  # out
+    (248320, 5120): (_W8, Tile(bn=128, bt=16, splits=2), _MID1),  # lm_head
+}.items():
+    TUNED[("sm_90", "dp4a", _n, _k, "m1")] = _m1
+    TUNED[("sm_90", "planes", _n, _k, "small")] = _small
+    TUNED[("sm_90", "planes", _n, _k, "mid")] = _mid
+    TUNED[("sm_90", "planes", _n, _k, "large")] = _LARGE
 
 
 def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family: str = "") -> Tile:
@@ -101,11 +124,10 @@ def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family:
     if k % 128:
         raise ValueError(f"pq2 K={k} is not a multiple of the 128-group")
     groups = k // 128
-    b = band(m)
-    t = TUNED.get((family, path, n, k, b))
+    t = TUNED.get((family, path, n, k, tile_class(m)))
     if t is None:
-        if path == "dp4a":
-            t = Tile(bn=16, bc=8, warps=4, stages=3)
+        if path == "dp4a":  # the H200 sweep: wide layers like 32 rows x 8 warps, narrow ones 8 rows
+            t = Tile(bn=32, bc=8, warps=8) if n >= 8192 else Tile(bn=8, bc=16)
             t = replace(t, splits=_splits_for(-(-n // t.bn), -(-groups // t.bc), sms, 2) if split_k else 1)
         elif path == "planes":
             if m <= 16:
@@ -113,7 +135,7 @@ def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family:
             elif m <= 64:
                 t = Tile(bn=64, bt=32 if m <= 32 else 64, warps=4, stages=3)
             else:
-                t = Tile(bn=128, bt=128, warps=8, stages=3)
+                t = Tile(bn=64, bt=128, warps=4, stages=3)
             programs = -(-n // t.bn) * -(-m // t.bt)
             t = replace(t, splits=_splits_for(programs, groups, sms, 4) if split_k else 1)
         elif path == "legacy":

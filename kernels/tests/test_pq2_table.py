@@ -64,12 +64,16 @@ def test_split_k_fills_small_grids_only():
 
 def test_measured_table_wins():
     t = table.Tile(bn=32, bt=16, splits=8)
-    table.TUNED[("sm_90", "planes", 5120, 6144, "small")] = t
+    table.TUNED[("sm_test", "planes", 5120, 6144, "small")] = t
     try:
-        assert table.tile_for("planes", 5120, 6144, 4, 132, True, "sm_90") == t
-        assert table.tile_for("planes", 5120, 6144, 4, 132, False, "sm_90").splits == 1
+        assert table.tile_for("planes", 5120, 6144, 4, 132, True, "sm_test") == t
+        assert table.tile_for("planes", 5120, 6144, 4, 132, False, "sm_test").splits == 1
+        assert table.tile_for("planes", 5120, 6144, 17, 132, True, "sm_test") != t  # other tile class
     finally:
-        del table.TUNED[("sm_90", "planes", 5120, 6144, "small")]
+        del table.TUNED[("sm_test", "planes", 5120, 6144, "small")]
+    # the H200 entries: one per measured shape and class, splits only in tuned
+    assert table.tile_for("planes", 5120, 17408, 4, 132, True, "sm_90").splits == 8
+    assert table.tile_for("dp4a", 34816, 5120, 1, 132, True, "sm_90").warps == 8
 
 
 INTERPRETED = textwrap.dedent("""
