@@ -10,7 +10,7 @@ import pytest
 TIERS = ("unit", "integration", "gpu")
 
 # Shared fixture modules; each package helper adds its own line here.
-pytest_plugins: list[str] = ["radiance.testing.podman", "radiance.testing.servers"]
+pytest_plugins: list[str] = ["radiance.testing.podman", "radiance.testing.servers", "radiance.testing.models"]
 
 
 def _has_cuda() -> bool:

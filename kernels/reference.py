@@ -104,6 +104,25 @@ def apply_rotation(x: torch.Tensor, plan: RotationPlan, channel_scales: torch.Te
     return y
 
 
+def group_rotation_matrices(plan: RotationPlan, group_size: int = GROUP_SIZE,
+                            dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The sweep as one matrix per group, [G, 128, 128]: rotate(x) == x_g @ M[g] group by group.
+
+    Built by sweeping the basis vectors, so it is the same rotation up to rounding; one batched
+    matmul is far cheaper than krot gathers when many rows are rotated (weights, prefill)."""
+    k = plan.i.shape[1] * 2
+    basis = torch.eye(group_size, dtype=dtype, device=plan.i.device).repeat(1, k // group_size)
+    swept = apply_rotation(basis, plan)  # [128, K]: row e is basis vector e of every group, rotated
+    return swept.view(group_size, k // group_size, group_size).permute(1, 0, 2).contiguous()
+
+
+def apply_group_matrices(x: torch.Tensor, mats: torch.Tensor) -> torch.Tensor:
+    """x [..., K] times the per-group matrices of `group_rotation_matrices` (no channel scales)."""
+    g, gs, _ = mats.shape
+    y = torch.einsum("ngk,gkl->ngl", x.reshape(-1, g, gs).to(mats.dtype), mats)
+    return y.reshape(x.shape)
+
+
 def rotate(
     x: torch.Tensor, pairs: torch.Tensor, theta: torch.Tensor,
     channel_scales: torch.Tensor | None = None, group_size: int = GROUP_SIZE,

@@ -8,7 +8,7 @@ import torch
 
 from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors, pack_awq
 from radiance.kernels.formats.pq2 import Pq2Tensors, pack_ternary
-from radiance.kernels.reference import rotate
+from radiance.kernels.reference import apply_group_matrices, group_rotation_matrices, rotation_plan
 
 
 def _groups(w: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -62,7 +62,9 @@ def paroquant_linear_tensors(
     """Quantize W so that ((x * cs) R^T) dequant(Q)^T ~= x W^T: RTN of rotate(W / cs) row-wise."""
     n, k = w.shape
     cs = torch.ones(1, k, dtype=torch.float16) if channel_scales is None else channel_scales.to(torch.float16)
-    w_rot = rotate(w.to(torch.float32), pairs, theta, 1.0 / cs.to(torch.float32))
+    # one batched matmul per linear instead of krot gathers: the quantizer must stay fast on 2 cores
+    mats = group_rotation_matrices(rotation_plan(pairs, theta))
+    w_rot = apply_group_matrices(w.to(torch.float32) / cs.to(torch.float32), mats)
     codes, zeros, scales = int4_asym(w_rot)
     return ParoTensors(
         qweight=pack_awq(codes.t()),

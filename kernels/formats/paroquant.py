@@ -42,14 +42,14 @@ def pack_awq(codes: torch.Tensor) -> torch.Tensor:
     """uint4 codes [R, C] (values 0..15, any int dtype) -> [R, C/8] int32 in AWQ nibble order."""
     if codes.dim() != 2 or codes.shape[1] % 8:
         raise FormatError(f"pack_awq: codes must be 2-D with columns a multiple of 8, got {tuple(codes.shape)}")
-    c = codes.to(torch.int64)
-    if c.numel() and (int(c.min()) < 0 or int(c.max()) > 15):
-        raise FormatError(f"pack_awq: codes must lie in 0..15, got {int(c.min())}..{int(c.max())}")
-    blocks = c.view(c.shape[0], -1, 8)[:, :, list(AWQ_ORDER)]
-    shifts = torch.arange(0, 32, 4, dtype=torch.int64, device=c.device)
-    words = (blocks << shifts).sum(-1)
-    words = torch.where(words >= 2**31, words - 2**32, words)  # two's complement wrap into int32
-    return words.to(torch.int32)
+    if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) > 15):
+        raise FormatError(f"pack_awq: codes must lie in 0..15, got {int(codes.min())}..{int(codes.max())}")
+    blocks = codes.to(torch.int32).view(codes.shape[0], -1, 8)
+    words = torch.zeros(blocks.shape[:2], dtype=torch.int32, device=codes.device)
+    for nibble, column in enumerate(AWQ_ORDER):
+        # int32 shifts wrap: nibble 7 lands in the sign bit exactly as AWQ checkpoints store it
+        words |= blocks[:, :, column] << (4 * nibble)
+    return words
 
 
 def unpack_awq(packed: torch.Tensor) -> torch.Tensor:

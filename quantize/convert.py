@@ -1,0 +1,164 @@
+"""`radiance quantize`: an HF bf16/fp16 Llama/Qwen-family checkpoint -> paroquant or pq2.
+
+Every 2-D `<prefix>.weight` whose module name matches no skip regex is quantized per nn.Linear
+(q/k/v/o/gate/up/down separately; vLLM merges them at load). Everything else (embeddings,
+lm_head, norms, biases) is copied unchanged. Output shards mirror the source shards.
+
+paroquant: asymmetric int4 RTN per 128-group of rotate(W / cs), so that
+`((x * cs) R^T) dequant(Q)^T ~= x W^T` (kernels/reference.py). Rotations:
+- identity: krot layers of pairs (0,1),(2,3),... with angle 0, channel_scales 1;
+- random: per linear, per layer, per group a random permutation read two by two, angles uniform in
+  [-pi, pi), channel_scales log-uniform in [2^-1/4, 2^1/4] (so a path that drops the scales shows
+  up in the quality numbers). Seeded per linear from (seed, module name): reproducible.
+pq2: ternary codes with an absmean scale per 128 weights.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from radiance import atomic
+from radiance.kernels.formats import paroquant as paro_fmt
+from radiance.kernels.formats import pq2 as pq2_fmt
+from radiance.quantize import rtn
+
+DEFAULT_SKIP = (r"(^|\.)embed_tokens$", r"(^|\.)lm_head$", r"norm", r"(^|\.)visual\.")
+FORMATS = ("paroquant", "pq2")
+ROTATIONS = ("identity", "random")
+MAX_KROT = paro_fmt.MAX_KROT
+
+
+class QuantizeError(ValueError):
+    pass
+
+
+@dataclass
+class QuantizeOptions:
+    format: str
+    rotation: str = "random"
+    krot: int = 8
+    seed: int = 0
+    skip: tuple[str, ...] = field(default_factory=tuple)
+
+    def check(self) -> None:
+        if self.format not in FORMATS:
+            raise QuantizeError(f"--format {self.format!r}: use one of {', '.join(FORMATS)}")
+        if self.rotation not in ROTATIONS:
+            raise QuantizeError(f"--rotation {self.rotation!r}: use one of {', '.join(ROTATIONS)}")
+        if not 1 <= self.krot <= MAX_KROT:
+            raise QuantizeError(f"--krot {self.krot}: must be between 1 and {MAX_KROT}")
+        for rx in self.skip:
+            try:
+                re.compile(rx)
+            except re.error as e:
+                raise QuantizeError(f"--skip {rx!r} is not a valid regex: {e}") from None
+
+    def quantization_config(self) -> dict:
+        if self.format == "pq2":
+            return {"quant_method": "pq2", "bits": 2, "group_size": pq2_fmt.GROUP_SIZE}
+        return {"quant_method": "paroquant", "bits": 4, "group_size": paro_fmt.GROUP_SIZE, "krot": self.krot}
+
+
+def source_shards(src: Path) -> list[Path]:
+    shards = sorted(src.glob("*.safetensors"))
+    if not (src / "config.json").is_file():
+        raise QuantizeError(f"{src}: no config.json; give a Hugging Face checkpoint directory")
+    if not shards:
+        raise QuantizeError(f"{src}: no *.safetensors files; give a Hugging Face safetensors checkpoint")
+    config = json.loads((src / "config.json").read_text())
+    if "quantization_config" in config:
+        method = config["quantization_config"].get("quant_method")
+        raise QuantizeError(f"{src}/config.json: already quantized ({method}); give a bf16/fp16 checkpoint")
+    return shards
+
+
+def is_quantized_linear(name: str, shape: list[int], skip: list[re.Pattern]) -> bool:
+    if not name.endswith(".weight") or len(shape) != 2:
+        return False
+    module = name.removesuffix(".weight")
+    return not any(rx.search(module) for rx in skip)
+
+
+def quantize_linear(prefix: str, w: torch.Tensor, opts: QuantizeOptions) -> dict[str, torch.Tensor]:
+    n, k = w.shape
+    if k % 128:
+        raise QuantizeError(
+            f"{prefix}.weight: in_features {k} is not a multiple of 128; leave it unquantized with --skip '{re.escape(prefix)}'"
+        )
+    if opts.format == "pq2":
+        t = rtn.pq2_linear_tensors(w)
+        pq2_fmt.validate(t, prefix)
+        return t.to_state(prefix)
+    if n % 8:
+        raise QuantizeError(f"{prefix}.weight: out_features {n} is not a multiple of 8 (AWQ packing); --skip it")
+    if opts.rotation == "identity":
+        pairs, theta = rtn.identity_rotation(k, opts.krot)
+        cs = None
+    else:
+        # torch seeds its CPU generator from 32 bits only, so mix the seed in within them
+        gen = torch.Generator().manual_seed((zlib.crc32(prefix.encode()) + opts.seed * 0x9E3779B1) % 2**32)
+        pairs, theta = rtn.random_rotation(k, opts.krot, gen)
+        cs = torch.exp2((torch.rand(1, k, generator=gen) - 0.5) * 0.5)
+    t = rtn.paroquant_linear_tensors(w, pairs, theta, cs)
+    paro_fmt.validate(t, prefix)
+    return t.to_state(prefix)
+
+
+def quantize_checkpoint(
+    src: Path, out: Path, opts: QuantizeOptions, progress: bool = True, stamp: tuple[str, dict] | None = None
+) -> Path:
+    """Write the quantized checkpoint to `out` atomically (a failure leaves nothing behind)."""
+    opts.check()
+    src, out = Path(src), Path(out)
+    shards = source_shards(src)
+    skip = [re.compile(rx) for rx in (*DEFAULT_SKIP, *opts.skip)]
+    plan = []
+    for shard in shards:
+        with safe_open(shard, "pt") as f:
+            plan += [(shard, k) for k in f.keys() if is_quantized_linear(k, f.get_slice(k).get_shape(), skip)]
+    if not plan:
+        raise QuantizeError(f"{src}: no linear layer left to quantize (all matched the skip regexes)")
+    cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    weight_map: dict[str, str] = {}
+    with atomic.directory(out) as build, Progress(*cols, disable=not progress, transient=True) as bar:
+        task = bar.add_task(f"quantizing to {opts.format}", total=len(plan))
+        for shard in shards:
+            tensors: dict[str, torch.Tensor] = {}
+            todo = {name for s, name in plan if s == shard}
+            with safe_open(shard, "pt") as f:
+                for name in f.keys():
+                    if name in todo:
+                        prefix = name.removesuffix(".weight")
+                        tensors.update(quantize_linear(prefix, f.get_tensor(name), opts))
+                        bar.advance(task)
+                    else:
+                        tensors[name] = f.get_tensor(name)
+            save_file(tensors, str(build / shard.name), metadata={"format": "pt"})
+            weight_map.update({n: shard.name for n in tensors})
+        copy_side_files(src, build, opts, weight_map, multi_shard=len(shards) > 1)
+        if stamp is not None:
+            (build / stamp[0]).write_text(json.dumps(stamp[1], indent=2) + "\n")
+        build.chmod(0o755)
+    return out
+
+
+def copy_side_files(src: Path, build: Path, opts: QuantizeOptions, weight_map: dict, multi_shard: bool) -> None:
+    for p in src.iterdir():
+        if p.is_file() and p.suffix != ".safetensors" and p.name not in ("config.json", "model.safetensors.index.json"):
+            shutil.copy2(p, build / p.name)
+    config = json.loads((src / "config.json").read_text())
+    config["quantization_config"] = opts.quantization_config()
+    (build / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    if multi_shard:
+        index = {"metadata": {}, "weight_map": dict(sorted(weight_map.items()))}
+        (build / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
