@@ -80,8 +80,7 @@ PQ_DEV float pq_encode4(const float v[4], float a, uint8_t* dst) {
   float sum = 0.f;
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
-    const float t = fminf(fmaxf(pq_div_rn(v[e], safe), -448.f), 448.f);
-    const uint8_t q = pq_e4m3_encode(t);
+    const uint8_t q = pq_e4m3_encode(pq_div_rn(v[e], safe));  // saturates to +-448 itself
     packed |= (uint32_t)q << (8 * e);
     sum += pq_e4m3_decode(q);
   }
