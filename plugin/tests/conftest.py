@@ -133,4 +133,59 @@ def tiny():
     return types.SimpleNamespace(
         LAYERS=LAYERS, H=H, I=I, PARO_CFG=PARO_CFG, PQ2_CFG=PQ2_CFG, dense_state=dense_state,
         quantize_state=quantize_state, write_checkpoint=write_checkpoint, load_in_vllm=load_in_vllm,
+        hf_quantized_model=hf_quantized_model, hf_logprobs=hf_logprobs,
     )
+
+
+class RefLinear(torch.nn.Module):
+    """An nn.Linear replaced by radiance's exact reference on the checkpoint's quantized tensors."""
+
+    def __init__(self, method: str, tensors, bias: torch.Tensor | None):
+        super().__init__()
+        self.method, self.t, self.bias = method, tensors, bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from radiance.kernels import reference as R
+
+        x2 = x.reshape(-1, x.shape[-1])
+        fn = R.paroquant_linear if self.method == "paroquant" else R.pq2_linear
+        y = fn(x2, self.t, self.bias)
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def hf_quantized_model(model_dir: Path, dtype: torch.dtype = torch.bfloat16):
+    """transformers' Qwen2 forward with every quantized linear computed from the checkpoint's own
+    quantized tensors by radiance.kernels.reference (the same numbers the format defines)."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from radiance.kernels.formats.paroquant import ParoTensors
+    from radiance.kernels.formats.pq2 import Pq2Tensors
+
+    cfg = AutoConfig.from_pretrained(model_dir)
+    method = cfg.quantization_config["quant_method"]
+    del cfg.quantization_config
+    state: dict[str, torch.Tensor] = {}
+    for shard in sorted(Path(model_dir).glob("*.safetensors")):
+        state.update(load_file(str(shard)))
+    model = AutoModelForCausalLM.from_config(cfg, torch_dtype=dtype)
+    replaced = []
+    for name, mod in list(model.named_modules()):
+        if isinstance(mod, torch.nn.Linear) and f"{name}.qweight" in state:
+            tensors = (ParoTensors if method == "paroquant" else Pq2Tensors).from_state(state, name)
+            bias = state.get(f"{name}.bias")
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, RefLinear(method, tensors, bias))
+            replaced.append(name)
+    rest = {k: v for k, v in state.items() if not any(k.startswith(n + ".") for n in replaced)}
+    missing, unexpected = model.load_state_dict(rest, strict=False)
+    assert not unexpected, unexpected
+    assert all(any(m.startswith(n + ".") for n in replaced) for m in missing), missing
+    return model.eval()
+
+
+@torch.no_grad()
+def hf_logprobs(model, token_ids: list[int]) -> torch.Tensor:
+    """[len-1, vocab] fp32 log-probabilities of the next token after each prefix."""
+    logits = model(torch.tensor([token_ids])).logits[0, :-1].float()
+    return torch.log_softmax(logits, dim=-1)
