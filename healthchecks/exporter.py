@@ -53,15 +53,13 @@ class Target:
 
 def targets_from_stacks(stacks_path: Path | None) -> list[Target]:
     """Targets for every stack of the stack file (the launcher's loader; its errors name file and key)."""
+    from radiance.deploy.unitspec import probe_url
     from radiance.launcher.stack import default_stacks_path, load_stacks
 
     sf = load_stacks(stacks_path or default_stacks_path())
     out = []
     for name, st in sf.stacks.items():
-        # vLLM binds `host`; a wildcard bind is probed on loopback, where the exporter runs.
-        host = st.host if st.host not in (None, "", "0.0.0.0", "::") else "127.0.0.1"
-        url_host = f"[{host}]" if ":" in host else host
-        out.append(Target(name=name, url=f"http://{url_host}:{st.port}", port=st.port,
+        out.append(Target(name=name, url=probe_url(st), port=st.port,
                           # the name vLLM lists: the launcher passes `served_name or <stack name>`
                           gpus=",".join(map(str, st.devices)) or "none", model=st.served_name or name))
     return out
