@@ -120,8 +120,11 @@ def _wheelhouse(pins: list[str], say: Callable[[str], None]) -> Path:
     return house
 
 
-def _podman_build(ctx: Path, cf: Path, base: str, tags: list[str], say: Callable[[str], None]) -> None:
-    cmd = ["podman", "build", "--network=none", "-f", str(cf), "--build-arg", f"BASE={base}"]
+def _podman_build(ctx: Path, cf: Path, base: str, tags: list[str], say: Callable[[str], None],
+                  offline: bool) -> None:
+    # cpu: everything is in the context, so the build runs without network (proves it is offline).
+    # rocm/cuda: their bases carry another Python, so radiance's dependencies come from the index.
+    cmd = ["podman", "build", *(["--network=none"] if offline else []), "-f", str(cf), "--build-arg", f"BASE={base}"]
     for t in tags:
         cmd += ["-t", t]
     say(f"podman build {cf.name} (BASE={base})")
@@ -186,5 +189,5 @@ def build(flavor: str, *, base: str | None = None, tag: str | None = None,
             shutil.copytree(_wheelhouse(pins, say), ctx / "wheels" / "deps")
         else:
             (ctx / "wheels" / "deps").mkdir(parents=True)
-        _podman_build(ctx, cf, base, [ref] + ([tag] if tag else []), say)
+        _podman_build(ctx, cf, base, [ref] + ([tag] if tag else []), say, offline=flavor == "cpu")
     return BuiltImage(ref, key, built=True)

@@ -121,6 +121,9 @@ def test_switch_waits_for_port_and_serves(box):
     r = box.switch("alpha --timeout 30")
     assert r.returncode == 0, r.stdout + r.stderr
     assert box.active()["alpha"] == "active"
+    dry = box.switch("beta --dry-run")
+    assert dry.returncode == 0 and "stop radiance-alpha.service (shares port 18080)" in dry.stdout, dry.stdout
+    assert box.active()["alpha"] == "active"  # a dry run changes nothing
     t = time.monotonic()
     r = box.switch("beta --timeout 30")
     took = time.monotonic() - t
