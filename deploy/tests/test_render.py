@@ -79,11 +79,13 @@ def test_podman_unit_passes_devices_model_and_ports(home):
 
 
 def test_host_and_start_timeout_follow_the_stack(home, tmp_path):
-    text = EXAMPLE.read_text().replace("    port: 8765\n", "    port: 8765\n    host: 0.0.0.0\n")
+    text = EXAMPLE.read_text().replace("    port: 8765\n", "    port: 8765\n    host: 0.0.0.0\n    start_timeout_s: 600\n")
     f = tmp_path / "stacks.yaml"
     f.write_text(text)
     spec = unitspec.unit_spec(load_stacks(f), "demo")
     assert spec.host == "0.0.0.0"
+    unit = render.render_unit(spec)
+    assert "TimeoutStartSec=600" in unit
     assert unitspec.probe_url(load_stacks(f).get("demo")) == "http://127.0.0.1:8765"
 
 
