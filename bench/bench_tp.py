@@ -1,0 +1,96 @@
+"""Decode-step time of the 27B-class 2-layer block at TP=1 and TP=2 (NCCL), and TP=2 == TP=1.
+
+Needs the device kind nvidia-h200-x2 (one process per GPU). NVLink multicast stays off:
+NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 are forced below.
+Run:  python3 bench/bench_tp.py --out $OUT/tp.jsonl
+Each step is timed under a CUDA graph (launch overhead removed), median of 200 replays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+
+for k, v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}.items():
+    os.environ[k] = v
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+from radiance.kernels import tp_block  # noqa: E402
+
+
+def _time_graph(fn, reps: int = 200) -> float:
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def _rank(rank: int, world: int, port: int, method: str, m: int, q) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank)
+    if world > 1:
+        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
+    dims = tp_block.Dims()
+    weights = tp_block.random_weights(method, dims, layers=2, seed=7)
+    layers = [tp_block.shard_layer(method, w, rank, world, dev, i) for i, w in enumerate(weights)]
+    x = torch.randn(m, dims.hidden, generator=torch.Generator().manual_seed(3)).to(dev, torch.bfloat16)
+    y = tp_block.block_forward(layers, x, dims, world)
+    us = _time_graph(lambda: tp_block.block_forward(layers, x, dims, world))
+    if rank == 0:
+        q.put({"y": y.float().cpu(), "us": us})
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def run(method: str, m: int, world: int) -> dict:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_rank, args=(r, world, port, method, m, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    res = q.get()
+    for p in procs:
+        p.join()
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    gpu = torch.cuda.get_device_name(0)
+    with open(args.out, "w") as f:
+        for method in ("paroquant", "pq2"):
+            for m in (1, 8):
+                r1, r2 = run(method, m, 1), run(method, m, 2)
+                rel = float((r2["y"] - r1["y"]).norm() / r1["y"].norm())
+                row = {"date": datetime.date.today().isoformat(), "gpu": gpu, "method": method, "path": "tp_block",
+                       "M": m, "tp1_us": r1["us"], "tp2_us": r2["us"], "rel_tp2_vs_tp1": rel}
+                print(json.dumps(row), flush=True)
+                f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()

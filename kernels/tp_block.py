@@ -1,0 +1,101 @@
+"""A 27B-class decoder block (attention projections + MLP, no attention math) at any TP size.
+
+Random weights in `paroquant` or `pq2`, sharded by `formats.shard` exactly as vLLM shards them:
+QKV and gate_up column-parallel (N split per partition), o and down row-parallel (K split, then an
+all-reduce). The block runs through `kernels.ops.linear_forward`, so the same code exercises the
+CPU reference rows (gloo, CI) and the GPU rows (NCCL, the device). `attn` stands in for attention:
+it takes this rank's q heads from the QKV output, which is what o_proj's K shard expects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from radiance.kernels import ops
+from radiance.kernels.formats import shard
+from radiance.kernels.formats.pq2 import Pq2Tensors, pack_ternary
+from radiance.kernels.triton.paro_random import random_layer
+
+
+@dataclass(frozen=True)
+class Dims:
+    hidden: int = 5120
+    q: int = 10240
+    kv: int = 2048
+    inter: int = 17408
+
+
+SMALL = Dims(hidden=512, q=1024, kv=256, inter=1024)  # same structure, CI-sized
+
+
+def _random_pq2(n: int, k: int, gen: torch.Generator) -> Pq2Tensors:
+    codes = torch.randint(0, 3, (n, k), generator=gen)
+    scales = (torch.rand(n, k // 128, generator=gen) * 0.02 + 0.002).to(torch.float16)
+    return Pq2Tensors(pack_ternary(codes), scales)
+
+
+def random_weights(method: str, dims: Dims, layers: int, seed: int) -> list[dict]:
+    """Full (unsharded) per-projection tensors, identical on every rank for the same seed."""
+    gen = torch.Generator().manual_seed(seed)
+    make = (lambda n, k: random_layer(n, k, gen)) if method == "paroquant" else (lambda n, k: _random_pq2(n, k, gen))
+    shapes = {"q": (dims.q, dims.hidden), "k": (dims.kv, dims.hidden), "v": (dims.kv, dims.hidden),
+              "o": (dims.hidden, dims.q), "gate": (dims.inter, dims.hidden), "up": (dims.inter, dims.hidden),
+              "down": (dims.hidden, dims.inter)}
+    return [{name: make(n, k) for name, (n, k) in shapes.items()} for _ in range(layers)]
+
+
+def _merge(parts: list) -> object:
+    if isinstance(parts[0], Pq2Tensors):
+        return Pq2Tensors(torch.cat([p.qweight for p in parts]), torch.cat([p.scales for p in parts]))
+    return parts  # paroquant keeps per-partition rotations; prepare takes the list
+
+
+def _prepare(method: str, parts: list, device: torch.device) -> ops.PreparedLinear:
+    if method == "pq2":
+        t = _merge(parts)
+        return ops.prepare_pq2(t.qweight.to(device), t.scales.to(device))
+    return ops.prepare_paroquant(
+        torch.cat([p.qweight for p in parts], 1).to(device), torch.cat([p.qzeros for p in parts], 1).to(device),
+        torch.cat([p.scales for p in parts], 1).to(device),
+        [(p.pairs.to(device), p.theta.to(device), p.channel_scales.to(device)) for p in parts],
+        [p.out_features for p in parts],
+    )
+
+
+def shard_layer(method: str, w: dict, rank: int, world: int, device: torch.device, i: int) -> dict:
+    col = shard.paroquant_column if method == "paroquant" else shard.pq2_column
+    row = shard.paroquant_row if method == "paroquant" else shard.pq2_row
+
+    def column(names: list[str]) -> ops.PreparedLinear:
+        parts = [col(w[n], [w[n].out_features], rank, world, f"layers.{i}.{n}") for n in names]
+        return _prepare(method, parts, device)
+
+    return {
+        "qkv": column(["q", "k", "v"]),
+        "o": _prepare(method, [row(w["o"], rank, world, f"layers.{i}.o")], device),
+        "gate_up": column(["gate", "up"]),
+        "down": _prepare(method, [row(w["down"], rank, world, f"layers.{i}.down")], device),
+    }
+
+
+def _all_reduce(y: torch.Tensor, world: int) -> torch.Tensor:
+    if world > 1:
+        dist.all_reduce(y)
+    return y
+
+
+def block_forward(layers: list[dict], x: torch.Tensor, dims: Dims, world: int) -> torch.Tensor:
+    q_local, inter_local = dims.q // world, dims.inter // world
+    h = x
+    for lyr in layers:
+        qkv = ops.linear_forward(lyr["qkv"], h)
+        attn = torch.tanh(qkv[:, :q_local])  # stand-in for attention over this rank's heads
+        h = h + _all_reduce(ops.linear_forward(lyr["o"], attn.to(h.dtype)), world)
+        gu = ops.linear_forward(lyr["gate_up"], h)
+        act = F.silu(gu[:, :inter_local]) * gu[:, inter_local:]
+        h = h + _all_reduce(ops.linear_forward(lyr["down"], act.to(h.dtype)), world)
+    return h
