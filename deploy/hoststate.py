@@ -54,13 +54,29 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def owner(sf: StackFile, holder: procs.Holder) -> str | None:
-    """The radiance stack a process belongs to (by its systemd unit, or podman's helper for its
-    container), or None for a stranger."""
+def _container_ids() -> dict[str, str]:
+    """{full container id: name} of this host's podman containers ({} without podman)."""
+    if not podman.available():
+        return {}
+    import subprocess
+
+    r = subprocess.run(["podman", "ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Names}}"],
+                       capture_output=True, text=True)
+    return dict(line.split(maxsplit=1) for line in r.stdout.splitlines() if " " in line)
+
+
+def owner(sf: StackFile, holder: procs.Holder, containers: dict[str, str] | None = None) -> str | None:
+    """The radiance stack a process belongs to (by its systemd unit, its podman container's cgroup,
+    or podman's helper for its container), or None for a stranger."""
     unit = holder.unit()
     for name, s in sf.stacks.items():
         if unit == unit_name(name):
             return name
+    by_name = {s.container_name: name for name, s in sf.stacks.items() if s.runtime == "podman"}
+    if "libpod-" in holder.cgroup:
+        for cid, cname in (_container_ids() if containers is None else containers).items():
+            if f"libpod-{cid}" in holder.cgroup and cname in by_name:
+                return by_name[cname]
     if holder.name in _PODMAN_HELPERS:
         cmd = _cmdline(holder.pid)
         for name, s in sf.stacks.items():
@@ -94,7 +110,11 @@ def still_held(sf: StackFile, stopped: list[str], target: str) -> list[str]:
             held.append(f"port {port} is held by " + ", ".join(h.describe() for h in hs))
     gpu_list = sorted(set(t.devices))
     if gpu_list:
-        hs = gpus.gpu_holders(vendor(t), gpu_list)
+        # /dev/kfd is one node for all AMD GPUs: a stack that keeps running on other GPUs holds it
+        # legitimately; only the stopped stacks' processes and strangers count.
+        keep = {n for n, v in views(sf).items() if v.running and n not in stopped and n != target}
+        ids = _container_ids()
+        hs = [h for h in gpus.gpu_holders(vendor(t), gpu_list) if owner(sf, h, ids) not in keep]
         if hs:
             held.append(f"GPU {','.join(map(str, gpu_list))} memory is held by " + ", ".join(h.describe() for h in hs))
     return held
