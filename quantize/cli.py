@@ -1,4 +1,4 @@
-"""Commands this package adds to the `radiance` CLI: `fetch-model`, `quantize`, `eval kl`.
+"""Commands this package adds to the `radiance` CLI: `fetch-model`, `quantize`, `import-gguf`, `eval kl`.
 
 Exit codes: 0 done, 1 the work failed (download, checksum, conversion), 2 bad arguments/input.
 """
@@ -54,7 +54,59 @@ def quantize_cmd(
         _fail(str(e), 2)
 
 
+def import_gguf_cmd(
+    gguf_file: Annotated[Path, typer.Argument(help="A PQ2_0 GGUF file (ggml type 142 weights).")],
+    out: Annotated[Path, typer.Argument(help="Output directory, radiance pq2 layout (replaced atomically).")],
+    tokenizer: Annotated[Path | None, typer.Option("--tokenizer", help="HF directory whose tokenizer files are copied in.")] = None,
+) -> None:
+    """Import a PQ2_0 GGUF into the radiance pq2 safetensors layout (Llama/Qwen2 names)."""
+    from radiance import atomic
+    from radiance.kernels.formats import FormatError
+    from radiance.kernels.formats.gguf_pq2 import import_gguf_pq2
+    from radiance.quantize.convert import QuantizeError, copy_tokenizer
+
+    if not gguf_file.is_file():
+        _fail(f"{gguf_file}: no such file", 2)
+    try:
+        with atomic.directory(out) as build:
+            import_gguf_pq2(gguf_file, build)
+            if tokenizer is not None:
+                copy_tokenizer(tokenizer, build)
+            build.chmod(0o755)
+    except (FormatError, QuantizeError, OSError) as e:
+        _fail(str(e), 2)
+    typer.echo(out)
+
+
+@eval_app.command("kl")
+def eval_kl_cmd(
+    quantized: Annotated[Path, typer.Argument(help="Checkpoint written by `radiance quantize`.")],
+    base: Annotated[Path | None, typer.Option("--base", help="bf16 source (default: the one recorded at quantize time).")] = None,
+    act: Annotated[str, typer.Option("--act", help="Activation fake-quant: none, int8_group, fp8_group, fp8_token.")] = "none",
+    seq_len: Annotated[int, typer.Option("--seq-len", min=8, help="Tokens per corpus chunk.")] = 256,
+    max_chunks: Annotated[int, typer.Option("--max-chunks", min=1, help="Chunks evaluated at most.")] = 8,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
+) -> None:
+    """KL(source || quantized) and top-1 agreement over the shipped corpus, on CPU (float32)."""
+    from radiance import atomic
+    from radiance.kernels.formats import FormatError
+    from radiance.quantize.evaluate import EvalError, kl_report, report_json
+
+    try:
+        r = kl_report(quantized, base, act, seq_len, max_chunks)
+    except (EvalError, FormatError) as e:
+        _fail(str(e), 2)
+    typer.echo(
+        f"{r.quant_method} act={r.act} positions={r.positions} KL={r.kl_mean:.4f} nats (max {r.kl_max:.3f}) "
+        f"top-1={100 * r.top1:.2f}% ppl {r.ppl_source:.3f} -> {r.ppl_quantized:.3f}"
+    )
+    if json_out:
+        atomic.write_text(json_out, report_json(r) + "\n")
+
+
 def register(app: typer.Typer) -> None:
     """Add this package's commands to the root app."""
     app.command("fetch-model")(fetch_model_cmd)
     app.command("quantize")(quantize_cmd)
+    app.command("import-gguf")(import_gguf_cmd)
+    app.add_typer(eval_app, name="eval")

@@ -19,7 +19,7 @@ import json
 import re
 import shutil
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -36,6 +36,9 @@ DEFAULT_SKIP = (r"(^|\.)embed_tokens$", r"(^|\.)lm_head$", r"norm", r"(^|\.)visu
 FORMATS = ("paroquant", "pq2")
 ROTATIONS = ("identity", "random")
 MAX_KROT = paro_fmt.MAX_KROT
+# bump when the quantizer's output for the same options changes (cached variants are rebuilt)
+QUANTIZER_VERSION = 1
+RECORD = "radiance-quantize.json"  # written into every output: version, options, source dir
 
 
 class QuantizeError(ValueError):
@@ -62,6 +65,9 @@ class QuantizeOptions:
                 re.compile(rx)
             except re.error as e:
                 raise QuantizeError(f"--skip {rx!r} is not a valid regex: {e}") from None
+
+    def record(self) -> dict:
+        return {**asdict(self), "skip": list(self.skip)}
 
     def quantization_config(self) -> dict:
         if self.format == "pq2":
@@ -114,9 +120,7 @@ def quantize_linear(prefix: str, w: torch.Tensor, opts: QuantizeOptions) -> dict
     return t.to_state(prefix)
 
 
-def quantize_checkpoint(
-    src: Path, out: Path, opts: QuantizeOptions, progress: bool = True, stamp: tuple[str, dict] | None = None
-) -> Path:
+def quantize_checkpoint(src: Path, out: Path, opts: QuantizeOptions, progress: bool = True) -> Path:
     """Write the quantized checkpoint to `out` atomically (a failure leaves nothing behind)."""
     opts.check()
     src, out = Path(src), Path(out)
@@ -146,10 +150,23 @@ def quantize_checkpoint(
             save_file(tensors, str(build / shard.name), metadata={"format": "pt"})
             weight_map.update({n: shard.name for n in tensors})
         copy_side_files(src, build, opts, weight_map, multi_shard=len(shards) > 1)
-        if stamp is not None:
-            (build / stamp[0]).write_text(json.dumps(stamp[1], indent=2) + "\n")
+        record = {"quantizer_version": QUANTIZER_VERSION, "options": opts.record(), "source": str(src.resolve())}
+        (build / RECORD).write_text(json.dumps(record, indent=2) + "\n")
         build.chmod(0o755)
     return out
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json",
+                   "special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.model")
+
+
+def copy_tokenizer(src: Path, dest: Path) -> None:
+    """Copy the tokenizer / template / generation files an HF directory has."""
+    found = [n for n in TOKENIZER_FILES if (Path(src) / n).is_file()]
+    if "tokenizer.json" not in found and "tokenizer.model" not in found:
+        raise QuantizeError(f"{src}: no tokenizer.json or tokenizer.model to copy")
+    for n in found:
+        shutil.copy2(Path(src) / n, dest / n)
 
 
 def copy_side_files(src: Path, build: Path, opts: QuantizeOptions, weight_map: dict, multi_shard: bool) -> None:

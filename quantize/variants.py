@@ -1,24 +1,19 @@
 """Quantized variants of a fetched model, built once under RADIANCE_HOME/models/<name>/<variant>/.
 
-A variant directory carries `radiance-quantize.json` (the options and QUANTIZER_VERSION); a
-directory whose stamp differs is rebuilt, so a quantizer change never serves stale weights.
+Every quantized directory carries `radiance-quantize.json` (quantizer version, options, source);
+a cached variant whose record differs is rebuilt, so a quantizer change never serves stale weights.
 A file lock serialises concurrent builders (parallel test sessions, the demo script).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 from filelock import FileLock
 
-from radiance.quantize.convert import QuantizeOptions, quantize_checkpoint
+from radiance.quantize.convert import QUANTIZER_VERSION, RECORD, QuantizeOptions, quantize_checkpoint
 from radiance.quantize.fetch import fetch_model, is_complete, model_root
-
-# bump when the quantizer's output for the same options changes
-QUANTIZER_VERSION = 1
-STAMP = "radiance-quantize.json"
 
 
 def variant_name(opts: QuantizeOptions) -> str:
@@ -29,8 +24,12 @@ def variant_name(opts: QuantizeOptions) -> str:
     return f"paroquant-random-k{opts.krot}-s{opts.seed}"
 
 
-def _stamp(opts: QuantizeOptions) -> dict:
-    return {"quantizer_version": QUANTIZER_VERSION, **asdict(opts), "skip": list(opts.skip)}
+def is_current(out: Path, opts: QuantizeOptions) -> bool:
+    rec = out / RECORD
+    if not (is_complete(out) and rec.is_file()):
+        return False
+    data = json.loads(rec.read_text())
+    return data.get("quantizer_version") == QUANTIZER_VERSION and data.get("options") == opts.record()
 
 
 def ensure_quantized(model: str, opts: QuantizeOptions, progress: bool = False) -> Path:
@@ -38,8 +37,6 @@ def ensure_quantized(model: str, opts: QuantizeOptions, progress: bool = False) 
     src = fetch_model(model, progress=progress)
     out = model_root(model) / variant_name(opts)
     with FileLock(str(out) + ".lock"):
-        stamp = out / STAMP
-        if is_complete(out) and stamp.is_file() and json.loads(stamp.read_text()) == _stamp(opts):
-            return out
-        quantize_checkpoint(src, out, opts, progress=progress, stamp=(STAMP, _stamp(opts)))
+        if not is_current(out, opts):
+            quantize_checkpoint(src, out, opts, progress=progress)
     return out
