@@ -23,7 +23,7 @@ import torch
 
 from radiance.kernels import pq2_ops
 from radiance.kernels.formats.pq2 import pack_ternary
-from radiance.kernels.pq2_table import SkinnyTile, Tile, band
+from radiance.kernels.pq2_table import CANDIDATES, SkinnyTile, band
 
 SHAPES = {"gate_up": (34816, 5120), "down": (5120, 17408), "qkv": (14336, 5120), "out": (5120, 6144),
           "lm_head": (248320, 5120)}
@@ -31,16 +31,6 @@ SKINNY = (96, 5120)
 MS = [1, 2, 4, 8, 16, 64, 512, 2048]
 ROTATE_BYTES = 200 << 20  # > 3x the H200's 60 MB L2
 
-CANDIDATES = {
-    "dp4a": [Tile(bn=16, bc=8), Tile(bn=16, bc=8, splits=2), Tile(bn=32, bc=8, warps=8), Tile(bn=8, bc=16)],
-    "m1": [Tile(bn=64, bt=16), Tile(bn=64, bt=16, splits=4)],
-    "small": [Tile(bn=bn, bt=16, splits=s, warps=w, stages=st) for bn, s, w, st in
-              [(64, 1, 4, 3), (64, 4, 4, 3), (128, 2, 4, 3), (64, 8, 4, 4)]] + [Tile(bn=64, bt=16, splits=4, one_dot=True)],
-    "mid": [Tile(bn=64, bt=64), Tile(bn=64, bt=64, splits=2), Tile(bn=128, bt=64, warps=8),
-            Tile(bn=128, bt=64, warps=8, one_dot=True)],
-    "prefill": [Tile(bn=128, bt=128, warps=8), Tile(bn=64, bt=128, warps=4), Tile(bn=128, bt=128, warps=8, one_dot=True),
-                Tile(bn=256, bt=128, warps=8, one_dot=True), Tile(bn=128, bt=64, warps=4, one_dot=True)],
-}
 
 
 def graph_time(fns, iters=15):
@@ -71,7 +61,7 @@ def graph_time(fns, iters=15):
 
 
 def copy_bandwidth():
-    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_()
+    a = torch.randn(1 << 28, dtype=torch.float32, device="cuda")  # 1 GiB
     b = torch.empty_like(a)
     us = graph_time([lambda: b.copy_(a)] * 8, iters=10)
     del a, b
@@ -114,6 +104,7 @@ def main():
     ap.add_argument("--shapes", default="skinny," + ",".join(SHAPES))
     ap.add_argument("--ms", default=",".join(map(str, MS)))
     ap.add_argument("--no-gemlite", action="store_true")
+    ap.add_argument("--no-legacy", action="store_true", help="skip the (slow) legacy kernel")
     ap.add_argument("--sweep", action="store_true", help="time every tile candidate, not only the table's")
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting new shapes after this")
     args = ap.parse_args()
@@ -185,7 +176,7 @@ def main():
                 emit({"path": f"gemlite_{kind}", "N": n, "K": k, "M": m, "us": round(us, 2), "roofline_us": round(roof, 2),
                       "cublas_bf16_us": round(cub, 2), "gemlite_us": round(us, 2)})
             results = {}
-            for path, tile in variants(m, n, k, args.sweep):
+            for path, tile in variants(m, n, k, args.sweep, not args.no_legacy):
                 try:
                     us = graph_time([lambda l=l, x=xs[i % 4]: pq2_ops.forward(l, x, path=path, tile=tile)
                                      for i, (l, _) in enumerate(layers)])
@@ -211,8 +202,9 @@ def main():
     print(f"# total {time.time() - t_start:.0f} s", flush=True)
 
 
-def variants(m, n, k, sweep):
-    yield "legacy", None
+def variants(m, n, k, sweep, legacy=True):
+    if legacy:
+        yield "legacy", None
     b = band(m)
     if b == "m1":
         for t in (CANDIDATES["dp4a"] if sweep else [None]):

@@ -165,7 +165,7 @@ def _run_planes(layer, q, a, t, y, m, tile: table.Tile) -> None:
     p = y if tile.splits == 1 else torch.empty((tile.splits, m, layer.n), dtype=torch.float32, device=y.device)
     launch = layer.plan(("planes", tile, y.dtype), lambda: _Launch(
         pq2_planes_gemm, {"BN": tile.bn, "BT": tile.bt, "SPLITS": tile.splits, "STAGES": tile.stages,
-                          "ONE_DOT": tile.one_dot},
+                          "ONE_DOT": tile.one_dot, "ASM": not INTERPRET, "EVEN_N": layer.n % tile.bn == 0},
         tile.warps, tile.stages))
     grid = (triton.cdiv(layer.n, tile.bn), triton.cdiv(m, tile.bt), tile.splits)
     launch(grid, q, a, t, layer.qweight, layer.scales, y, p, m, layer.n, layer.k, layer.k // 4)
@@ -175,9 +175,12 @@ def _run_planes(layer, q, a, t, y, m, tile: table.Tile) -> None:
 
 def _run_dp4a(layer, q, a, t, y, tile: table.Tile) -> None:
     p = y if tile.splits == 1 else torch.empty((tile.splits, layer.n), dtype=torch.float32, device=y.device)
+    groups = layer.k // GROUP
+    per = -(-(-(-groups // tile.bc)) // tile.splits) * tile.bc  # groups per split, as the kernel computes it
+    even = layer.n % tile.bn == 0 and groups % per == 0 and per % tile.bc == 0 and groups // per == tile.splits
     launch = layer.plan(("dp4a", tile, y.dtype), lambda: _Launch(
         pq2_gemv_dp4a, {"BN": tile.bn, "BC": tile.bc, "SPLITS": tile.splits, "STAGES": tile.stages,
-                        "ASM": not INTERPRET}, tile.warps, tile.stages))
+                        "ASM": not INTERPRET, "EVEN": even}, tile.warps, 1))
     grid = (triton.cdiv(layer.n, tile.bn), tile.splits)
     launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, p, layer.n, layer.k, layer.k // 16)
     if tile.splits > 1:

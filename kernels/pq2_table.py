@@ -119,6 +119,17 @@ for (_n, _k), (_m1, _small, _mid) in {
     TUNED[("sm_90", "planes", _n, _k, "large")] = _LARGE
 
 
+# the tuning space bench/bench_pq2.py --sweep times (and test_pq2_gpu checks exactly)
+CANDIDATES: dict[str, list[Tile]] = {
+    "dp4a": [Tile(bn=32, bc=8, warps=8), Tile(bn=16, bc=8, warps=4), Tile(bn=64, bc=8, warps=8), Tile(bn=8, bc=16, warps=4),
+             Tile(bn=16, bc=8, warps=4, splits=2)],
+    "m1": [],
+    "small": [Tile(bn=256, bt=16, splits=s) for s in (1, 2, 4, 8)] + [Tile(bn=128, bt=16, splits=4)],
+    "mid": [Tile(bn=64, bt=64, splits=2), Tile(bn=64, bt=64)],
+    "prefill": [Tile(bn=64, bt=128, warps=4), Tile(bn=64, bt=64, warps=4)],
+}
+
+
 def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family: str = "") -> Tile:
     """Tile configuration for a path on a shape: the measured table entry, else the heuristic."""
     if k % 128:

@@ -96,6 +96,24 @@ def test_integer_parts_exact(n, k):
             assert torch.equal(pt, rq.view(m, -1, 128).int().sum(-1))
 
 
+@pytest.mark.parametrize("n,k", [(5120, 6144), (4100, 1152)])  # EVEN tiles and ragged ones
+def test_every_candidate_tile_exact(n, k):
+    from radiance.kernels.pq2_table import CANDIDATES
+
+    dev = _cuda()
+    layer, _, codes = _layer(n, k, dev, unit_scales=True)
+    w = codes.to(torch.float64) - 1
+    cases = [(1, "dp4a", CANDIDATES["dp4a"]), (3, "planes", CANDIDATES["small"]), (16, "planes", CANDIDATES["small"]),
+             (40, "planes", CANDIDATES["mid"]), (300, "planes", CANDIDATES["prefill"])]
+    for m, path, tiles in cases:
+        x = torch.randint(-127, 128, (m, k), device=dev).float()
+        x.view(m, -1, 128)[:, :, 0] = 127.0
+        exact = (x.double() @ w.t()).float()
+        for tile in tiles:
+            y = _run(layer, x, path=path, tile=tile)
+            assert torch.equal(y, exact), f"{path} {tile} N={n} K={k} M={m}"
+
+
 def test_quant_matches_reference_bitwise():
     from radiance.kernels import pq2_ops, reference
 

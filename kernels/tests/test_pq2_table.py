@@ -83,7 +83,8 @@ INTERPRETED = textwrap.dedent("""
     from radiance.kernels.pq2_table import Tile
     torch.manual_seed(0)
     for n, k, m, path, tile in [(40, 256, 3, "legacy", None), (40, 384, 1, "dp4a", None),
-                                (40, 384, 1, "dp4a", Tile(bn=16, bc=2, splits=2)), (70, 256, 5, "planes", None),
+                                (40, 384, 1, "dp4a", Tile(bn=16, bc=2, splits=2)), (64, 1024, 1, "dp4a", Tile(bn=16, bc=4)),
+                                (64, 1024, 1, "dp4a", Tile(bn=32, bc=2, splits=2)), (70, 256, 5, "planes", None),
                                 (70, 512, 17, "planes", Tile(bn=32, bt=16, splits=3))]:
         codes = torch.randint(0, 3, (n, k), dtype=torch.uint8)
         qw = pack_ternary(codes)

@@ -27,6 +27,27 @@ def dp4a(a, b, c, ASM: tl.constexpr):
         return r
 
 
+@triton.jit
+def plane(wb, s: tl.constexpr, ASM: tl.constexpr):
+    # plane s of weight bytes: (b >> 2s) & 3 per byte, as int8 (codes 0/1/2). ASM: four bytes per
+    # 32-bit register (pack=4), two instructions per word; unpacking bytes costs ~8x more.
+    if ASM:
+        if s == 0:
+            return tl.inline_asm_elementwise("and.b32 $0, $1, 0x03030303;", constraints="=r,r",
+                                             args=[wb], dtype=tl.int8, is_pure=True, pack=4)
+        elif s == 1:
+            return tl.inline_asm_elementwise("{ .reg .b32 t; shr.b32 t, $1, 2; and.b32 $0, t, 0x03030303; }",
+                                             constraints="=r,r", args=[wb], dtype=tl.int8, is_pure=True, pack=4)
+        elif s == 2:
+            return tl.inline_asm_elementwise("{ .reg .b32 t; shr.b32 t, $1, 4; and.b32 $0, t, 0x03030303; }",
+                                             constraints="=r,r", args=[wb], dtype=tl.int8, is_pure=True, pack=4)
+        else:
+            return tl.inline_asm_elementwise("{ .reg .b32 t; shr.b32 t, $1, 6; and.b32 $0, t, 0x03030303; }",
+                                             constraints="=r,r", args=[wb], dtype=tl.int8, is_pure=True, pack=4)
+    else:
+        return ((wb.to(tl.int32) >> (2 * s)) & 3).to(tl.int8)
+
+
 @triton.jit(do_not_specialize=["MN"])
 def reduce_splits(P, Y, MN, SPLITS: tl.constexpr, BLOCK: tl.constexpr):
     # fixed-order sum of the split-K partials P[SPLITS, MN] (fp32), rounded once into Y's dtype
