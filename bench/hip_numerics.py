@@ -27,10 +27,10 @@ SHAPES = [  # (name, partition widths, K)
     ("down 4864 -> 896", [896], 4864),
     ("27B o_proj-like 6144 -> 5120", [5120], 6144),
 ]
-MS = [1, 7, 33, 64, 65, 257, 1024]
+MS = [1, 7, 64, 65, 257]
 
 
-def _time(fn, reps: int = 5) -> float:
+def _time(fn, reps: int = 3) -> float:
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -68,11 +68,12 @@ def main(paths: list[str]) -> None:
                 starts = [0] + [b for b in (prep.pb1, prep.pb2) if b < prep.out_features]
                 for r, s0 in enumerate(starts):
                     t = next(p for p, c in zip(parts, _col_starts(widths)) if c == s0)
-                    xr = reference.rotate(x, t.pairs, t.theta, t.channel_scales)
+                    # quantized on the CPU: torch on CUDA divides by the scalar 448 as * (1/448)
+                    xr = reference.rotate(x, t.pairs, t.theta, t.channel_scales).cpu()
                     q, _ = reference.quant_fp8_e4m3_group(xr) if decode else reference.quant_fp8_e4m3_token(xr)
                     want = q.view(torch.uint8).clone()
                     want[want == 0x80] = 0
-                    bad += int((a[r] != want).sum())
+                    bad += int((a[r].cpu() != want).sum())
                     total += want.numel()
                 us = _time(lambda: pqlib.linear(lib, x, prep))
                 print(f"| {int(lib.wperm)} | {name} | {m} | {'decode' if decode else 'prefill'} | "

@@ -63,7 +63,11 @@ def test_rotate_quant_bytewise(lib, m, per_token, dtype):
     prep = prepare([t], wperm=lib.wperm)
     x = (torch.randn(m, 640, device=DEV) * 3).to(dtype)
     a, asr = pqlib.rotate_quant(lib, x, prep, per_token)
-    xr = reference.rotate(x, t.pairs, t.theta, t.channel_scales)
+    a, asr = a.cpu(), asr.cpu()
+    # rotate on the GPU (the same cos/sin as prepare), quantize on the CPU: torch on CUDA computes the
+    # reference's `amax / 448.0` as amax * (1/448) (its scalar-divisor shortcut), an ulp off the
+    # fp32 division the reference specifies and the kernel does
+    xr = reference.rotate(x, t.pairs, t.theta, t.channel_scales).cpu()
     q, scale = reference.quant_fp8_e4m3_token(xr) if per_token else reference.quant_fp8_e4m3_group(xr)
     want = q.view(torch.uint8).clone()
     want[want == 0x80] = 0
@@ -122,3 +126,30 @@ def test_prefill_band_at_decode_sizes_and_per_group_scales(lib):
     a, asr = pqlib.rotate_quant(lib, x, prep, per_token=False)
     y = pqlib.gemm(lib, a, asr, prep, torch.bfloat16, decode=False)
     assert rel(y, _ref(x, parts, "fp8_group")) <= 2e-3
+
+
+@pytest.mark.parametrize("m", [5, 100])
+def test_custom_op_replays_under_cuda_graph(lib, m):
+    """torch.ops.radiance_hip.paroquant_linear: eager == CUDA-graph replay (launches land on the
+    capture stream, split-K scratch comes from torch's allocator)."""
+    from radiance.kernels.hip import ops
+
+    ops.set_library(lib.path)
+    parts = [_to(t) for t in _layers([256, 256], 512, 12)]
+    prep = prepare(parts, wperm=lib.wperm)
+    x = torch.randn(m, 512, device=DEV).to(torch.bfloat16)
+    eager = torch.ops.radiance_hip.paroquant_linear(x, *ops.op_args(prep))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.ops.radiance_hip.paroquant_linear(x, *ops.op_args(prep))
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = torch.ops.radiance_hip.paroquant_linear(x, *ops.op_args(prep))
+    x.copy_(torch.randn(m, 512, device=DEV).to(torch.bfloat16))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, torch.ops.radiance_hip.paroquant_linear(x, *ops.op_args(prep)))
+    assert not torch.equal(y, eager)
+    assert rel(y, _ref(x, parts, "fp8_group" if m <= 64 else "fp8_token")) <= 2e-3
