@@ -185,6 +185,11 @@ class Switch:
 
     def _switch_planned(self, target: str, views, clashing: list[str]) -> Outcome:
         port = self.sf.get(target).port
+        if views[target].state.load != "loaded":
+            self.enter(Phase.REFUSED)
+            return Outcome("refused", f"{views[target].unit} is {views[target].state.load or 'not loaded'} in systemd: "
+                                      f"install the units first (`radiance setup` or `radiance render --out "
+                                      f"/etc/systemd/system` + `systemctl daemon-reload`)")
         strangers = hoststate.strangers_on_port(self.sf, port)
         if strangers:
             self.enter(Phase.REFUSED)

@@ -165,6 +165,13 @@ def test_failed_switch_rolls_back(box):
     assert box.active()["alpha"] == "inactive"
 
 
+def test_refuses_a_stack_whose_unit_is_not_installed(box):
+    box.sh("cp /root/.cache/radiance/stacks.yaml /tmp/more.yaml && cat >> /tmp/more.yaml <<'EOF'\n"
+           "  delta:\n    arch: cpu\n    model: d\n    quant: paroquant\n    port: 18082\nEOF")
+    r = box.switch("delta --stacks /tmp/more.yaml")
+    assert r.returncode == 4 and "radiance-delta.service is not-found in systemd" in r.stderr, r.stdout + r.stderr
+
+
 def test_refuses_a_strangers_port(box):
     box.sh("nohup python3 -m http.server 18081 --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > /tmp/stranger.pid")
     try:
