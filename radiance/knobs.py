@@ -52,7 +52,7 @@ KNOBS: dict[str, Knob] = {
         Knob("RADIANCE_SPEC", None, False,
              "Speculative tokens for `radiance-launch`, overriding the mode's `spec` (the seed's `SPEC`); `0` turns the drafter off."),
         Knob("RADIANCE_PQ_HIPCC_FLAGS", None, False,
-             "Extra compiler flags for the gfx1201 kernel build (e.g. `-DPQ_HW_CVT=0`); part of the kernel-cache key."),
+             "Extra compiler flags for the gfx1201 kernel build (e.g. `-O2`, `-save-temps`); part of the kernel-cache key."),
         Knob("RADIANCE_PQ_WPERM", "1", False,
              "gfx1201 paroquant weight layout: `1` WMMA fragment order, `0` plain `[N, K/8]` words. Compiled into the kernels (`-DPQ_WPERM`), so it keys the kernel build; the loader refuses a library built the other way."),
         Knob("RADIANCE_KERNEL_DIR", None, False,

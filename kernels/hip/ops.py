@@ -2,7 +2,7 @@
 
 Ops take plain tensors and ints (the `PreparedParo` fields) so dynamo and CUDA graphs see one opaque
 call each; the library is loaded once per process with `set_library` (the plugin passes the file
-the launcher built, `$RADIANCE_KERNEL_DIR/radiance_pq_hip.so`). Imports torch only, never vLLM.
+the launcher built, `$RADIANCE_KERNEL_DIR/radiance_hip.so`). Imports torch only, never vLLM.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import torch
 
+from radiance.kernels.build import HIP_LIBRARY
 from radiance.kernels.hip import lib as pqlib
 from radiance.kernels.hip.layout import PreparedParo
 from radiance.knobs import knob
 
-LIB_NAME = "radiance_pq_hip.so"
 _LIB: pqlib.PqLib | None = None
 
 
@@ -32,7 +32,7 @@ def library() -> pqlib.PqLib:
         if not kdir:
             raise pqlib.KernelError("no HIP kernel library loaded: call radiance.kernels.hip.ops.set_library(path) "
                                     "or start under radiance-launch, which sets RADIANCE_KERNEL_DIR")
-        return set_library(Path(kdir) / LIB_NAME)
+        return set_library(Path(kdir) / HIP_LIBRARY)
     return _LIB
 
 
