@@ -192,7 +192,7 @@ def main():
                 if path not in best or us < best[path][1]:
                     best[path] = (tile, us)
             line = " ".join(f"{p}={u:.1f}" for p, (_, u) in sorted(best.items()))
-            tb = best.get("dp4a", best.get("planes", (None, float("nan"))))
+            tb = min((v for p, v in best.items() if p != "legacy"), key=lambda v: v[1], default=(None, float("nan")))
             print(f"{name:8s} M={m:5d} roof={roof:7.1f} cublas={cub:8.1f} gemlite={gl_best or float('nan'):8.1f} {line}"
                   f" | best/roof={tb[1] / roof:.2f} cublas/best={cub / tb[1]:.2f} tile={tb[0]}", flush=True)
             del xs
@@ -212,6 +212,9 @@ def variants(m, n, k, sweep, legacy=True):
     cands = CANDIDATES["m1" if m == 1 else "small" if m <= 16 else "mid" if m <= 64 else "prefill"]
     for t in (cands if sweep else [None]):
         yield "planes", t
+    if b == "small":
+        for t in (CANDIDATES["gluon"] if sweep else [None]):
+            yield "gluon", t
 
 
 def bench_skinny(ms, bw, emit):

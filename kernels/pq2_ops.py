@@ -138,6 +138,8 @@ def forward(layer: Pq2Layer, x: torch.Tensor, kernel_set: str | None = None,
         _run_legacy(layer, q, a, y, m, tile)
     elif path == "planes":
         _run_planes(layer, q, a, t, y, m, tile)
+    elif path == "gluon":
+        _run_gluon(layer, q, a, t, y, m, tile)
     elif path == "dp4a":
         if m != 1:
             raise ValueError(f"the dp4a pq2 path is for M=1, got M={m}")
@@ -167,6 +169,23 @@ def _run_planes(layer, q, a, t, y, m, tile: table.Tile) -> None:
         pq2_planes_gemm, {"BN": tile.bn, "BT": tile.bt, "SPLITS": tile.splits, "STAGES": tile.stages,
                           "ONE_DOT": tile.one_dot, "ASM": not INTERPRET, "EVEN_N": layer.n % tile.bn == 0},
         tile.warps, tile.stages))
+    grid = (triton.cdiv(layer.n, tile.bn), triton.cdiv(m, tile.bt), tile.splits)
+    launch(grid, q, a, t, layer.qweight, layer.scales, y, p, m, layer.n, layer.k, layer.k // 4)
+    if tile.splits > 1:
+        _reduce(layer, p, y, tile.splits)
+
+
+def _run_gluon(layer, q, a, t, y, m, tile: table.Tile) -> None:
+    if y.device.type != "cuda" or torch.cuda.get_device_capability(y.device) < (8, 0):
+        raise table.Pq2ConfigError("the gluon pq2 path needs mma.sync int8 (sm_80+); set RADIANCE_PQ2_SMALL=planes or legacy")
+    if tile.bt not in (8, 16) or tile.bn % (16 * tile.warps):
+        raise table.Pq2ConfigError(f"gluon tile {tile}: bt must be 8 or 16 and bn a multiple of 16 x warps")
+    from radiance.kernels.triton.pq2_gluon import pq2_gluon_small  # Gluon: imported only where it runs
+
+    p = y if tile.splits == 1 else torch.empty((tile.splits, m, layer.n), dtype=torch.float32, device=y.device)
+    launch = layer.plan(("gluon", tile, y.dtype), lambda: _Launch(
+        pq2_gluon_small, {"BM": tile.bn, "BT": tile.bt, "SPLITS": tile.splits, "GU": tile.bc, "WARPS": tile.warps,
+                          "EVEN_N": layer.n % tile.bn == 0}, tile.warps, 1))
     grid = (triton.cdiv(layer.n, tile.bn), triton.cdiv(m, tile.bt), tile.splits)
     launch(grid, q, a, t, layer.qweight, layer.scales, y, p, m, layer.n, layer.k, layer.k // 4)
     if tile.splits > 1:

@@ -24,7 +24,7 @@ SMALL_MAX_M = 16
 # band -> (knob, allowed paths)
 SWITCHES = {
     "m1": ("RADIANCE_PQ2_M1", ("dp4a", "legacy")),
-    "small": ("RADIANCE_PQ2_SMALL", ("planes", "legacy")),
+    "small": ("RADIANCE_PQ2_SMALL", ("planes", "gluon", "legacy")),
     "prefill": ("RADIANCE_PQ2_PREFILL", ("planes", "legacy")),
 }
 SET_PATHS = {
@@ -127,6 +127,9 @@ CANDIDATES: dict[str, list[Tile]] = {
     "small": [Tile(bn=256, bt=16, splits=s) for s in (1, 2, 4, 8)] + [Tile(bn=128, bt=16, splits=4)],
     "mid": [Tile(bn=64, bt=64, splits=2), Tile(bn=64, bt=64)],
     "prefill": [Tile(bn=64, bt=128, warps=4), Tile(bn=64, bt=64, warps=4)],
+    # Gluon mma_v2: bn = weight rows (16 x warps x k), bt = 8 or 16 tokens, bc = groups per loop step
+    "gluon": [Tile(bn=128, bt=8, bc=4), Tile(bn=128, bt=16, bc=2), Tile(bn=64, bt=8, bc=2),
+              Tile(bn=128, bt=8, bc=4, splits=4), Tile(bn=128, bt=16, bc=2, splits=4)],
 }
 
 
@@ -149,6 +152,9 @@ def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family:
                 t = Tile(bn=64, bt=128, warps=4, stages=3)
             programs = -(-n // t.bn) * -(-m // t.bt)
             t = replace(t, splits=_splits_for(programs, groups, sms, 4) if split_k else 1)
+        elif path == "gluon":
+            t = Tile(bn=128, bt=8, bc=4) if m <= 8 else Tile(bn=128, bt=16, bc=2)
+            t = replace(t, splits=_splits_for(-(-n // t.bn) * -(-m // t.bt), groups, sms, 4) if split_k else 1)
         elif path == "legacy":
             t = Tile(bn=64, bt=16 if m <= 16 else 64, warps=4, stages=1)
         else:

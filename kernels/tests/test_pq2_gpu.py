@@ -43,7 +43,7 @@ def _ms_for(n):
 def _paths(m):
     from radiance.kernels.pq2_table import band
 
-    return {"m1": ["legacy", "dp4a"], "small": ["legacy", "planes"], "prefill": ["legacy", "planes"]}[band(m)]
+    return {"m1": ["legacy", "dp4a"], "small": ["legacy", "planes", "gluon"], "prefill": ["legacy", "planes"]}[band(m)]
 
 
 def _run(layer, x, **kw):
@@ -104,6 +104,7 @@ def test_every_candidate_tile_exact(n, k):
     layer, _, codes = _layer(n, k, dev, unit_scales=True)
     w = codes.to(torch.float64) - 1
     cases = [(1, "dp4a", CANDIDATES["dp4a"]), (3, "planes", CANDIDATES["small"]), (16, "planes", CANDIDATES["small"]),
+             (3, "gluon", CANDIDATES["gluon"]), (16, "gluon", CANDIDATES["gluon"]), (9, "gluon", CANDIDATES["gluon"]),
              (40, "planes", CANDIDATES["mid"]), (300, "planes", CANDIDATES["prefill"])]
     for m, path, tiles in cases:
         x = torch.randint(-127, 128, (m, k), device=dev).float()
