@@ -78,8 +78,13 @@ def exporter_cmd(
 ) -> None:
     """Serve Prometheus metrics for the stacks, switches and launches (radiance_*)."""
     from radiance.healthchecks import exporter
+    from radiance.launcher.stack import StackFileError
 
-    exporter.serve(host=host, port=port, stacks_path=stacks, interval_s=interval, probe_timeout_s=probe_timeout)
+    try:
+        exporter.serve(host=host, port=port, stacks_path=stacks, interval_s=interval, probe_timeout_s=probe_timeout)
+    except (exporter.ExporterError, StackFileError) as e:
+        typer.echo(f"radiance exporter: {e}", err=True)
+        raise typer.Exit(1) from None
 
 
 def register(app: typer.Typer) -> None:

@@ -36,6 +36,10 @@ PROBE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 
 SWITCH_BUCKETS = (1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
 
 
+class ExporterError(RuntimeError):
+    """The exporter cannot start; the message says what to change."""
+
+
 @dataclass(frozen=True)
 class Target:
     """One stack as the exporter sees it: where to probe it and the labels it carries."""
@@ -237,7 +241,11 @@ def serve(host: str, port: int, stacks_path: Path | None, interval_s: float, pro
     disable_created_metrics()  # `_created` series double the output and no panel reads them
     targets = targets_from_stacks(stacks_path)
     registry, prober = build(targets, probe_timeout_s)
-    server, _thread = start_http_server(port, addr=host, registry=registry)
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as e:
+        raise ExporterError(f"cannot listen on {host}:{port}: {e.strerror or e}; "
+                            f"stop what holds it or give another --port") from None
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

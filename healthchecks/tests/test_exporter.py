@@ -188,8 +188,7 @@ def test_exporter_command_serves_metrics_on_loopback(stacks, tmp_path, free_port
                 pass
             time.sleep(0.2)
         assert f'radiance_ready{{gpus="none",model="demo",port="{demo.port}",stack="demo"}} 1.0' in text
-        with pytest.raises(httpx.ConnectError):  # bound to loopback only
-            httpx.get(f"http://{_non_loopback_ip()}:{port}/metrics", timeout=2)
+        assert _listen_addresses(port) == {"127.0.0.1"}, "bound to loopback only by default"
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=20)
@@ -197,14 +196,45 @@ def test_exporter_command_serves_metrics_on_loopback(stacks, tmp_path, free_port
     assert "serving http://127.0.0.1" in out
 
 
-def _non_loopback_ip() -> str:
+def _listen_addresses(port: int) -> set[str]:
+    """IPv4/IPv6 addresses with a listening TCP socket on `port`, from /proc/net/tcp{,6}."""
+    import ipaddress
+
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            addr, p = local.split(":")
+            if state == "0A" and int(p, 16) == port:  # 0A = LISTEN
+                raw = bytes.fromhex(addr)
+                # the kernel prints each 32-bit word in host (little-endian) order
+                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                out.add(str(ipaddress.ip_address(raw)))
+    return out
+
+
+def test_exporter_command_errors_are_one_clear_line(tmp_path, free_port):
+    radiance = Path(sys.executable).with_name("radiance")
+    require(radiance.exists(), f"{radiance} missing: install radiance into this environment (pip install -e .)")
+    bad = tmp_path / "stacks.yaml"
+    bad.write_text("version: 1\nstacks:\n  demo:\n    arch: cpu\n    quant: paroquant\n    port: 1\n")
+    r = subprocess.run([str(radiance), "exporter", "--stacks", str(bad), "--port", str(free_port())],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "stacks.yaml:3: stacks.demo.model: required key is missing" in r.stderr
+    assert "Traceback" not in r.stderr
+
     import socket
 
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("192.0.2.1", 9))  # no packet is sent; picks the outbound interface
-            ip = s.getsockname()[0]
-        except OSError:
-            ip = "127.0.0.1"
-    require(not ip.startswith("127."), "no non-loopback address to check the loopback bind against")
-    return ip
+    good = tmp_path / "good.yaml"
+    good.write_text(STACKS_YAML.format(demo_port=free_port(), paro_port=free_port(), pq2_port=free_port()))
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        r = subprocess.run([str(radiance), "exporter", "--stacks", str(good), "--port", str(port)],
+                           capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in r.stderr, r.stderr
