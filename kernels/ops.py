@@ -274,6 +274,25 @@ def _pq2_cuda(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) 
     return y if bias is None else y + bias.to(y.dtype)
 
 
+# ----------------------------------------------------------------------------- AMD gfx1201 paroquant (HIP)
+def _paroquant_rocm_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
+    # kernels/hip/layout.py owns the layout (RADIANCE_PQ_WPERM must match the built library)
+    from radiance.kernels.hip import layout
+
+    rots = [(r.pairs, r.theta, r.channel_scales) for r in prep.rotations]
+    prep.data["hip"] = layout.prepare_merged(  # type: ignore[assignment]
+        t.qweight, t.qzeros, t.scales, rots, [run.n0 for run in prep.runs[1:]],
+        wperm=knob("RADIANCE_PQ_WPERM") == "1")
+
+
+def _paroquant_rocm(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    # one custom op: rotate+quant (per-group scales in the decode band, per-token above) + the GEMM
+    from radiance.kernels.hip import ops as hip_ops
+
+    y = torch.ops.radiance_hip.paroquant_linear(x, *hip_ops.op_args(prep.data["hip"]))  # type: ignore[arg-type]
+    return y if bias is None else y + bias.to(y.dtype)
+
+
 # ----------------------------------------------------------------------------- the tables
 PREPARE: dict[tuple[str, str], Callable] = {
     ("pq2", "cuda"): _pq2_cuda_prepare,
@@ -290,3 +309,6 @@ DISPATCH: dict[tuple[str, str, str, str], KernelFn] = {
 }
 # pq2 on NVIDIA: pq2_ops picks DP4A (M=1) / masked-plane tensor-core kernel by pq2_table and the set
 DISPATCH.update({("pq2", "cuda", b, ks): _pq2_cuda for b in BANDS for ks in KERNEL_SETS})
+# paroquant on AMD gfx1201: the HIP kernels (kernels/hip), both bands inside one op
+PREPARE[("paroquant", "rocm")] = _paroquant_rocm_prepare
+DISPATCH.update({("paroquant", "rocm", b, "tuned"): _paroquant_rocm for b in BANDS})

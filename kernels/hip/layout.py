@@ -115,26 +115,39 @@ def prepare(parts: Sequence[ParoTensors], layer: str = "linear", wperm: bool = T
             reps.append(t)
             starts.append(col)
         col += t.out_features
-    n = col
-    if len(reps) > MAX_ROTATIONS:
-        raise FormatError(f"{layer}: {len(reps)} distinct rotations in one merged linear; the GEMM takes "
-                          f"at most {MAX_ROTATIONS}")
-    bad = [s for s in starts[1:] if s % BOUNDARY_MULTIPLE]
-    if bad or n % 16:
-        raise FormatError(f"{layer}: rotation boundaries {starts[1:]} must be multiples of {BOUNDARY_MULTIPLE} "
-                          f"and N={n} a multiple of 16")
-    bounds = starts[1:] + [NO_BOUNDARY] * (MAX_ROTATIONS - len(starts))
+    return prepare_merged(
+        torch.cat([t.qweight for t in parts], dim=1), torch.cat([t.qzeros for t in parts], dim=1),
+        torch.cat([t.scales for t in parts], dim=1), [(r.pairs, r.theta, r.channel_scales) for r in reps],
+        starts[1:], layer=layer, wperm=wperm)
 
-    codes = torch.cat([unpack_awq(t.qweight) for t in parts], dim=1)  # [K, N]
-    zeros = torch.cat([unpack_awq(t.qzeros) for t in parts], dim=1).to(torch.float16)  # [G, N]
-    scales = torch.cat([t.scales for t in parts], dim=1)  # [G, N] f16
+
+def prepare_merged(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
+                   rotations: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], boundaries: Sequence[int],
+                   layer: str = "linear", wperm: bool = True) -> PreparedParo:
+    """The checkpoint tensors concatenated along N, the distinct rotations (pairs, theta,
+    channel_scales) in column order and the columns where rotations 1, 2 start."""
+    k, n = int(qweight.shape[0]), int(scales.shape[1])
+    krot = int(rotations[0][0].shape[0]) if rotations else 0
+    if not 1 <= len(rotations) <= MAX_ROTATIONS or len(boundaries) != len(rotations) - 1:
+        raise FormatError(f"{layer}: {len(rotations)} distinct rotations with boundaries {list(boundaries)}; the "
+                          f"GEMM takes 1 to at most {MAX_ROTATIONS}, one boundary fewer than rotations")
+    if k % 128 or any(int(p.shape[0]) != krot or int(p.shape[1]) != k for p, _, _ in rotations):
+        raise FormatError(f"{layer}: K={k} must be a multiple of 128 and every rotation [krot={krot}, K]")
+    bad = [b for b in boundaries if b % BOUNDARY_MULTIPLE or not 0 < b < n]
+    if bad or n % 16 or list(boundaries) != sorted(boundaries):
+        raise FormatError(f"{layer}: rotation boundaries {list(boundaries)} must be increasing multiples of "
+                          f"{BOUNDARY_MULTIPLE} inside N={n}, and N a multiple of 16")
+    bounds = list(boundaries) + [NO_BOUNDARY] * (MAX_ROTATIONS - 1 - len(boundaries))
+
+    codes = unpack_awq(qweight)  # [K, N]
+    zeros = unpack_awq(qzeros).to(torch.float16)  # [G, N]
     words = pack_words(codes.t().contiguous())
     wq = to_fragment_order(words) if wperm else words
     sc_bits = scales.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF  # f16 bit patterns
     d_bits = (zeros - 8).view(torch.int16).to(torch.int32) & 0xFFFF
     sz = (sc_bits | (d_bits << 16)).contiguous()
-    cs = torch.stack([r.channel_scales.reshape(-1).to(torch.float32) for r in reps]).contiguous()
-    rec = torch.stack([rotation_records(r.pairs, r.theta) for r in reps]).contiguous()
+    cs = torch.stack([c.reshape(-1).to(torch.float32) for _, _, c in rotations]).contiguous()
+    rec = torch.stack([rotation_records(p, t) for p, t, _ in rotations]).contiguous()
     return PreparedParo(wq=wq.contiguous(), sz=sz, cs=cs, rec=rec, krot=krot, in_features=k, out_features=n,
                         pb1=bounds[0], pb2=bounds[1], wperm=wperm)
 

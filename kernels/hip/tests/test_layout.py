@@ -72,3 +72,23 @@ def test_prepare_refuses_what_the_gemm_cannot_take():
         prepare([_layer(32, 128, s) for s in range(11, 15)])
     with pytest.raises(FormatError, match="share K"):
         prepare([_layer(32, 128, 15), _layer(32, 256, 16)])
+
+
+def test_dispatch_row_prepares_merged_runs_like_prepare():
+    """kernels/ops.py's ("paroquant", "rocm") prepare: the plugin's merged tensors and runs."""
+    from radiance.kernels import ops as kops
+    from radiance.kernels.formats.paroquant import ParoTensors
+
+    q, k_, v = _layer(128, 256, 20), _layer(64, 256, 21), _layer(64, 256, 22)
+    v.pairs, v.theta, v.channel_scales = k_.pairs, k_.theta, k_.channel_scales
+    parts = [q, k_, v]
+    cat = [torch.cat([getattr(t, f) for t in parts], dim=1) for f in ("qweight", "qzeros", "scales")]
+    rots = [(t.pairs, t.theta, t.channel_scales) for t in parts]
+    lin = kops.prepare_paroquant(*cat, rots, [128, 64, 64])
+    kops._paroquant_rocm_prepare(lin, ParoTensors(*cat, *rots[0]))
+    prep = lin.data["hip"]
+    assert prep.rotations == 2 and prep.pb1 == 128
+    x = torch.randn(4, 256, generator=torch.Generator().manual_seed(23))
+    a, asr = emulate.rotate_quant(x, prep, per_token=False)
+    ref = torch.cat([reference.paroquant_linear(x.double(), t, act="fp8_group") for t in parts], dim=1)
+    assert rel(emulate.gemm(a, asr, prep), ref) < 1e-5
