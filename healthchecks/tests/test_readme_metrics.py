@@ -34,3 +34,25 @@ def test_readme_table_matches_registered_metrics(tmp_path):
         f"only in README: {sorted(set(documented) - set(registered))}; "
         f"only in the exporter: {sorted(set(registered) - set(documented))}")
     assert documented == registered, "README types differ from the exporter's"
+
+
+def test_readme_documents_every_probe_and_exporter_flag():
+    import typer
+    from typer.main import get_command
+
+    from radiance.healthchecks import cli
+
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    cli.register(app)
+    root = get_command(app)
+    section = README.read_text().split("## Health and metrics", 1)[1].split("\n## ", 1)[0]
+    commands = {"probe live": root.commands["probe"].commands["live"],
+                "probe ready": root.commands["probe"].commands["ready"],
+                "exporter": root.commands["exporter"]}
+    for name, cmd in commands.items():
+        assert f"radiance {name}" in section, name
+        for param in cmd.params:
+            for flag in param.opts:
+                if flag.startswith("--") and flag != "--help":
+                    assert flag in section, f"`radiance {name} {flag}` is not in the README's Health and metrics section"
