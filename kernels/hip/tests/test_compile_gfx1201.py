@@ -85,3 +85,16 @@ def test_no_amd_toolchain_is_a_clear_error(tmp_path, monkeypatch):
     assert not (tmp_path / "pq.so").exists()
     with pytest.raises(ValueError, match="arch"):
         compile_hip(SRC_DIR, "rdna4", [], tmp_path / "pq.so")
+
+
+def test_host_launchers_parse_as_hip_against_a_fake_runtime_header(tmp_path):
+    """The extern "C" launchers are excluded from the device-only object; check them (host and
+    device passes) against a FAKE declarations-only hip_runtime.h, since no ROCm is installed here."""
+    require_tool("clang++-19")
+    unity = tmp_path / "all.hip"
+    unity.write_text("".join(f'#include "{s}"\n' for s in sorted(SRC_DIR.glob("*.hip"))))
+    fake = Path(__file__).resolve().parent / "fake_hip"
+    proc = subprocess.run(["clang++-19", "-x", "hip", "--offload-arch=gfx1201", "-nogpulib", "-nogpuinc",
+                           "-isystem", str(fake), f"-I{SRC_DIR}", "-std=c++17", "-fsyntax-only", str(unity)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
