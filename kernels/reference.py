@@ -62,12 +62,17 @@ def dequant_paroquant(
 
 @dataclass
 class RotationPlan:
-    """Global pair indices and cos/sin per layer, precomputed once per linear (reuse per call)."""
+    """Pair indices and cos/sin per layer, precomputed once per linear (reuse it per call).
 
-    i: torch.Tensor  # [krot, K/2] int64, global channel index of each pair's first element
+    `i[r, q]`, `j[r, q]` are the global channels of pair q (= g*64 + p) of layer r. `gathers` drive
+    the sweep: gathers[0] brings x into layer 0's (i..., j...) order; gathers[r + 1] takes layer r's
+    output, in that order, to layer r+1's order (the last one back to channel order)."""
+
+    i: torch.Tensor  # [krot, K/2] int64
     j: torch.Tensor  # [krot, K/2] int64
     cos: torch.Tensor  # [krot, K/2]
     sin: torch.Tensor  # [krot, K/2]
+    gathers: torch.Tensor  # [krot + 1, K] int64
 
     @property
     def krot(self) -> int:
@@ -83,8 +88,11 @@ def rotation_plan(
     base = (torch.arange(groups, device=pairs.device) * group_size).view(1, groups, 1)
     gi = (local[:, :, 0::2] + base).reshape(krot, k // 2)
     gj = (local[:, :, 1::2] + base).reshape(krot, k // 2)
+    perm = torch.cat([gi, gj], dim=1)  # [krot, K]: layer r's order
+    inv = torch.argsort(perm, dim=1)  # channel -> position in layer r's order
+    gathers = [perm[0]] + [inv[r][perm[r + 1]] for r in range(krot - 1)] + [inv[krot - 1]]
     th = theta.to(compute_dtype(dtype))
-    return RotationPlan(i=gi, j=gj, cos=torch.cos(th), sin=torch.sin(th))
+    return RotationPlan(i=gi, j=gj, cos=torch.cos(th), sin=torch.sin(th), gathers=torch.stack(gathers))
 
 
 def apply_rotation(x: torch.Tensor, plan: RotationPlan, channel_scales: torch.Tensor | None = None) -> torch.Tensor:
@@ -93,14 +101,12 @@ def apply_rotation(x: torch.Tensor, plan: RotationPlan, channel_scales: torch.Te
     y = x.to(dt)
     if channel_scales is not None:
         y = y * channel_scales.reshape(-1).to(dt)
+    half = plan.i.shape[1]
+    y = y.index_select(-1, plan.gathers[0])
     for r in range(plan.krot):
-        i, j = plan.i[r], plan.j[r]
+        xi, xj = y[..., :half], y[..., half:]
         c, s = plan.cos[r].to(dt), plan.sin[r].to(dt)
-        xi, xj = y[..., i], y[..., j]
-        out = torch.empty_like(y)
-        out[..., i] = c * xi + s * xj
-        out[..., j] = c * xj - s * xi
-        y = out
+        y = torch.cat([c * xi + s * xj, c * xj - s * xi], dim=-1).index_select(-1, plan.gathers[r + 1])
     return y
 
 

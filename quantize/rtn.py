@@ -24,12 +24,12 @@ def int4_asym(w: torch.Tensor, group_size: int = GROUP_SIZE) -> tuple[torch.Tens
     The scale is rounded to fp16 before the codes are chosen, so codes are nearest for the stored scale.
     """
     g = _groups(w, group_size)
-    lo = g.amin(-1).clamp(max=0.0)
-    hi = g.amax(-1).clamp(min=0.0)
-    scales = ((hi - lo) / 15.0).clamp(min=1e-5).to(torch.float16)
+    lo = g.amin(-1).clamp_(max=0.0)
+    hi = g.amax(-1).clamp_(min=0.0)
+    scales = ((hi - lo) / 15.0).clamp_(min=1e-5).to(torch.float16)
     s = scales.to(torch.float32)
-    zeros = torch.round(-lo / s).clamp(0, 15)
-    codes = (torch.round(g / s.unsqueeze(-1)) + zeros.unsqueeze(-1)).clamp(0, 15)
+    zeros = torch.round(-lo / s).clamp_(0, 15)
+    codes = (g / s.unsqueeze(-1)).round_().add_(zeros.unsqueeze(-1)).clamp_(0, 15)
     return codes.reshape(w.shape).to(torch.uint8), zeros.to(torch.uint8), scales
 
 
