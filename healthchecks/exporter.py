@@ -116,13 +116,16 @@ class Prober:
 
 
 def active_stack(switches: Iterable[state.SwitchRecord]) -> str | None:
-    """The stack the last switch started: `to` when it came up (ok) or was left starting (timeout),
-    `from` when vllm-switch rolled back to it; a refused switch started nothing and changes nothing."""
+    """The stack the last switch started and left running: `to` after `ok`, `from` after
+    `rolled_back`; none after `timeout` (vllm-switch stops a target that did not get ready, and
+    rollback, if any, failed too); a `refused` switch touched nothing, so the one before it decides."""
     for rec in sorted(switches, key=lambda r: r.at, reverse=True):
-        if rec.outcome in ("ok", "timeout"):
+        if rec.outcome == "ok":
             return rec.to
         if rec.outcome == "rolled_back":
             return rec.from_
+        if rec.outcome == "timeout":
+            return None
     return None
 
 
