@@ -262,5 +262,48 @@ def _launcher_only(self, grid, *args):
     self.fn[grid](*args, **self.consts, num_warps=self.warps, num_stages=self.stages)
 
 
+
+
+# ----------------------------------------------------------------------------- report (CPU, from the jsonl)
+def report(path: str) -> str:
+    """Markdown table from results-pq2.jsonl: per shape and M, the best measured tile of each path."""
+    rows = [json.loads(line) for line in open(path)]
+    latest = max(r.get("run", 0) for r in rows)
+    cur = [r for r in rows if r.get("run", 0) == latest]
+    # achieved cuBLAS bandwidth on the largest M=1 shape: a second, tighter memory ceiling
+    big = max((r for r in cur if r["M"] == 1 and r["method"] == "pq2"), key=lambda r: r["N"] * r["K"])
+    bw = 2 * big["N"] * big["K"] / (big["cublas_bf16_us"] * 1e-6)
+    best = {}
+    for r in rows:
+        if r["method"] != "pq2":
+            continue
+        key = (r["N"], r["K"], r["M"], r["path"], r.get("run", 0))
+        if key not in best or r["us"] < best[key]["us"]:
+            best[key] = r
+    out = [f"cuBLAS-achieved bandwidth (N={big['N']} K={big['K']} M=1, bf16 weights): {bw / 1e9:.0f} GB/s", "",
+           "| N x K | M | roof copy | roof cuBLAS-bw | tuned (path) | x roof copy | x roof cuBLAS-bw | cuBLAS bf16 | "
+           "cuBLAS / tuned | gluon | legacy | gemlite A16W2 / A8W2 |", "|" + "---|" * 12]
+    shapes = sorted({(r["N"], r["K"]) for r in cur if r["method"] == "pq2"}, key=lambda s: -s[0] * s[1])
+    for n, k in shapes:
+        for m in sorted({r["M"] for r in cur if (r["N"], r["K"]) == (n, k)}):
+            fast = [best[(n, k, m, p, latest)] for p in ("dp4a", "planes") if (n, k, m, p, latest) in best]
+            if not fast:
+                continue
+            t = min(fast, key=lambda r: r["us"])
+            roof_bw = (n * k * 2.125 / 8 + 2 * m * (n + k)) / bw * 1e6
+            g = best.get((n, k, m, "gluon", latest))
+            lg = [best[(n, k, m, "legacy", run)] for run in range(latest + 1) if (n, k, m, "legacy", run) in best]
+            gl = [best.get((n, k, m, f"gemlite_{kind}", run)) for kind in ("a16w2", "a8w2") for run in range(latest + 1)]
+            gl = [x for x in gl if x]
+            out.append(f"| {n}x{k} | {m} | {t['roofline_us']:.1f} | {roof_bw:.1f} | {t['us']:.1f} ({t['path']}) | "
+                       f"{t['us'] / t['roofline_us']:.2f} | {t['us'] / roof_bw:.2f} | {t['cublas_bf16_us']:.1f} | "
+                       f"{t['cublas_bf16_us'] / t['us']:.2f} | {g['us'] if g else '-'} | "
+                       f"{lg[-1]['us'] if lg else '-'} | {' / '.join(str(x['us']) for x in gl) or '-'} |")
+    return "\n".join(out)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    if len(sys.argv) == 3 and sys.argv[1] == "--report":  # python bench/bench_pq2.py --report bench/results-pq2.jsonl
+        print(report(sys.argv[2]))
+    else:
+        sys.exit(main())

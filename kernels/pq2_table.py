@@ -97,26 +97,27 @@ def tile_class(m: int) -> str:
     return "m1" if m == 1 else "small" if m <= SMALL_MAX_M else "mid" if m <= 64 else "large"
 
 
-# measured winners per (device family, path, n, k, tile class): bench/RESULTS-pq2.md, H200 2026-11-29
-_W8 = Tile(bn=32, bc=8, warps=8)
+# measured winners per (device family, path, n, k, tile class): bench/RESULTS-pq2.md (H200, 2026-11-29,
+# run 3: the fastest tile summed over the class's M values)
+_W8 = Tile(bn=64, bc=8, warps=8)
 _NARROW = Tile(bn=8, bc=16)
-_S4_ONE = Tile(bn=64, bt=16, splits=4, one_dot=True)
-_S8 = Tile(bn=64, bt=16, splits=8, stages=4)
 _MID2 = Tile(bn=64, bt=64, splits=2)
 _MID1 = Tile(bn=64, bt=64)
 _LARGE = Tile(bn=64, bt=128)
+_G16S4 = Tile(bn=128, bt=16, bc=2, splits=4)
 TUNED: dict[tuple[str, str, int, int, str], Tile] = {}
-for (_n, _k), (_m1, _small, _mid) in {
-    (34816, 5120): (_W8, _S4_ONE, _MID2),  # gate_up
-    (5120, 17408): (_NARROW, _S8, _MID2),  # down
-    (14336, 5120): (_W8, _S4_ONE, _MID1),  # qkv
-    (5120, 6144): (_NARROW, _S8, _MID2),  # out
-    (248320, 5120): (_W8, Tile(bn=128, bt=16, splits=2), _MID1),  # lm_head
+for (_n, _k), (_m1, _small, _mid, _gluon) in {
+    (34816, 5120): (_W8, Tile(bn=128, bt=16, splits=4), _MID2, _G16S4),  # gate_up
+    (5120, 17408): (_NARROW, Tile(bn=256, bt=16, splits=8), _MID2, _G16S4),  # down
+    (14336, 5120): (_W8, Tile(bn=256, bt=16, splits=4), _MID1, Tile(bn=128, bt=8, bc=4, splits=4)),  # qkv
+    (5120, 6144): (_NARROW, Tile(bn=256, bt=16, splits=8), _MID2, _G16S4),  # out
+    (248320, 5120): (_W8, Tile(bn=256, bt=16), _MID1, Tile(bn=128, bt=16, bc=2)),  # lm_head
 }.items():
     TUNED[("sm_90", "dp4a", _n, _k, "m1")] = _m1
     TUNED[("sm_90", "planes", _n, _k, "small")] = _small
     TUNED[("sm_90", "planes", _n, _k, "mid")] = _mid
     TUNED[("sm_90", "planes", _n, _k, "large")] = _LARGE
+    TUNED[("sm_90", "gluon", _n, _k, "small")] = _gluon
 
 
 # the tuning space bench/bench_pq2.py --sweep times (and test_pq2_gpu checks exactly)
@@ -141,11 +142,11 @@ def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family:
     t = TUNED.get((family, path, n, k, tile_class(m)))
     if t is None:
         if path == "dp4a":  # the H200 sweep: wide layers like 32 rows x 8 warps, narrow ones 8 rows
-            t = Tile(bn=32, bc=8, warps=8) if n >= 8192 else Tile(bn=8, bc=16)
+            t = Tile(bn=64, bc=8, warps=8) if n >= 8192 else Tile(bn=8, bc=16)
             t = replace(t, splits=_splits_for(-(-n // t.bn), -(-groups // t.bc), sms, 2) if split_k else 1)
         elif path == "planes":
             if m <= 16:
-                t = Tile(bn=64, bt=16, warps=4, stages=3)
+                t = Tile(bn=256, bt=16, warps=4, stages=3)
             elif m <= 64:
                 t = Tile(bn=64, bt=32 if m <= 32 else 64, warps=4, stages=3)
             else:
@@ -153,7 +154,7 @@ def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family:
             programs = -(-n // t.bn) * -(-m // t.bt)
             t = replace(t, splits=_splits_for(programs, groups, sms, 4) if split_k else 1)
         elif path == "gluon":
-            t = Tile(bn=128, bt=8, bc=4) if m <= 8 else Tile(bn=128, bt=16, bc=2)
+            t = Tile(bn=128, bt=16, bc=2)
             t = replace(t, splits=_splits_for(-(-n // t.bn) * -(-m // t.bt), groups, sms, 4) if split_k else 1)
         elif path == "legacy":
             t = Tile(bn=64, bt=16 if m <= 16 else 64, warps=4, stages=1)
