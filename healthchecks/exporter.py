@@ -146,9 +146,10 @@ class StateCollector(Collector):
         self.prober = prober
         self.state_root = state_root
         self._reported_bad: dict[str, set[str]] = {}
+        self._cache: dict = {}  # parsed state files by (mtime, size); see state.read_records
 
     def _read(self, kind: str, bad_counts: dict[str, int]) -> dict:
-        good, bad = state.read_records(kind, self.state_root)
+        good, bad = state.read_records(kind, self.state_root, self._cache)
         for f in sorted(set(bad) - self._reported_bad.get(kind, set())):  # once per file, not once per scrape
             log.warning("state file %s ignored: %s", f, bad[f])
         self._reported_bad[kind] = set(bad)

@@ -132,10 +132,14 @@ def read_all(kind: str, root: Path | None = None) -> dict[str, dict[str, Any]]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(d.glob("*.json"))} if d.is_dir() else {}
 
 
-def read_records(kind: str, root: Path | None = None) -> tuple[dict[str, _Record], dict[str, str]]:
+def read_records(kind: str, root: Path | None = None,
+                 cache: dict[Path, tuple[tuple[int, int, int], _Record]] | None = None,
+                 ) -> tuple[dict[str, _Record], dict[str, str]]:
     """Validated records of a kind, and {file: error} for files that are unreadable or off-schema.
 
-    The exporter uses this: one bad file is reported (a metric and a log line), not fatal.
+    The exporter uses this: one bad file is reported (a metric and a log line), not fatal. With
+    `cache` (kept by the caller across calls) a file is parsed again only when its inode, mtime or size
+    changed — switch records pile up one per switch and are never rewritten.
     """
     d = (root or paths.state_dir()) / kind
     good: dict[str, _Record] = {}
@@ -143,9 +147,21 @@ def read_records(kind: str, root: Path | None = None) -> tuple[dict[str, _Record
     if not d.is_dir():
         return good, bad
     schema = SCHEMAS[kind]
-    for p in sorted(d.glob("*.json")):
+    files = sorted(d.glob("*.json"))
+    if cache is not None:  # forget files that are gone
+        present = set(files)
+        for gone in [k for k in cache if k.parent == d and k not in present]:
+            del cache[gone]
+    for p in files:
         try:
+            st = p.stat()
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)  # atomic rewrites get a new inode
+            if cache is not None and p in cache and cache[p][0] == stamp:
+                good[p.stem] = cache[p][1]
+                continue
             good[p.stem] = schema.model_validate(json.loads(p.read_text()))
+            if cache is not None:
+                cache[p] = (stamp, good[p.stem])
         except FileNotFoundError:
             continue  # removed between glob and read
         except (ValueError, ValidationError) as e:

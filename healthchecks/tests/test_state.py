@@ -62,3 +62,14 @@ def test_read_records_reports_bad_files_without_failing(tmp_path):
 def test_names_must_be_plain_file_names(tmp_path):
     with pytest.raises(state.StateError, match="plain file name"):
         state.write_state("notes", "../escape", {}, root=tmp_path)
+
+
+def test_read_records_cache_reparses_only_changed_files(tmp_path):
+    cache: dict = {}
+    state.record_launch("demo", **LAUNCH, root=tmp_path)
+    first, _ = state.read_records("launch", root=tmp_path, cache=cache)
+    again, _ = state.read_records("launch", root=tmp_path, cache=cache)
+    assert again["demo"] is first["demo"], "unchanged file served from the cache"
+    state.record_launch("demo", **(LAUNCH | {"kernel_builds": 9}), root=tmp_path)
+    changed, _ = state.read_records("launch", root=tmp_path, cache=cache)
+    assert changed["demo"].kernel_builds == 9
