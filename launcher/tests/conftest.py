@@ -13,7 +13,7 @@ EXAMPLE = ROOT / "deploy" / "stacks.example.yaml"
 # Checkpoint dirs the example stack file names, with the quant method each declares. Only
 # config.json is written: the plan checks it; the dry-run never reads the weights.
 EXAMPLE_MODELS = {
-    "qwen2.5-coder-0.5b/paroquant": "paroquant",
+    "qwen2.5-coder-0.5b/paroquant-random-k8-s0": "paroquant",
     "Qwen3.8-27B-PARO": "paroquant",
     "Qwen3.8-27B-MXFP4-PARO": "paroquant_mxfp4",
     "Qwen3.8-27B-PQ2": "pq2",
