@@ -1,8 +1,11 @@
 """RADIANCE_PQ_CHECKALL: compare each gated call against the exact fp32 dequant reference.
 
 Eval only (the launcher's eval mode runs eager). For a layer whose (N, K) as the kernel sees it is
-listed, every call logs `CHECKALL <layer> ... rel=<|y - y_ref| / |y_ref|>` over its first
-RADIANCE_PQ_CHECK_MAX_M rows. The reference dequantizes the raw checkpoint tensors in chunks of
+listed, every call (up to RADIANCE_PQ_CHECK_MAX_CALLS per layer) logs
+`CHECKALL <layer> ... rel=<|y - round(y_ref)| / |y_ref|> rel_fp32=<|y - y_ref| / |y_ref|>` over its
+first RADIANCE_PQ_CHECK_MAX_M rows. `rel` measures the kernel against the exact result rounded to
+the kernel's output dtype (0 for the CPU path, which is exact); `rel_fp32` adds that rounding
+(~1.6e-3 for bf16 outputs). The reference dequantizes the raw checkpoint tensors in chunks of
 `CHUNK` output columns (never a full code matrix: the seed's int64 version OOM'd a worker), per
 projection, so it also checks the rotation dedup and the partition mapping. Calls whose input is
 all zeros (vLLM's profile run) are labeled `zero-input` instead of passing vacuously.
@@ -66,6 +69,8 @@ def checker(layer, lay: Layout, method: str, exact: Callable, n: int, k: int):
     if (n, k) not in gated_shapes():
         return None
     max_m = knob_int("RADIANCE_PQ_CHECK_MAX_M")
+    max_calls = knob_int("RADIANCE_PQ_CHECK_MAX_CALLS") if knob("RADIANCE_PQ_CHECK_MAX_CALLS") else None
+    done = [0]
 
     def check(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None) -> None:
         rows = x[:max_m]
@@ -73,8 +78,14 @@ def checker(layer, lay: Layout, method: str, exact: Callable, n: int, k: int):
         if not bool(rows.any()):
             log.info("%s zero-input", head)
             return
+        if max_calls is not None and done[0] >= max_calls:
+            return
+        done[0] += 1
         ref = exact(layer, lay, rows, bias)
-        rel = float((y[:max_m].float() - ref).norm() / ref.norm().clamp_min(1e-30))
-        log.info("%s rel=%.3e", head, rel)
+        got = y[:max_m].float()
+        norm = ref.norm().clamp_min(1e-30)
+        rel = float((got - ref.to(y.dtype).float()).norm() / norm)
+        rel_fp32 = float((got - ref).norm() / norm)
+        log.info("%s rel=%.3e rel_fp32=%.3e", head, rel, rel_fp32)
 
     return check

@@ -35,6 +35,8 @@ KNOBS: dict[str, Knob] = {
              '`"N:K,N:K"`: compare the kernel path with the exact fp32 dequant reference on those shapes and log rel error per call. Eval mode only (needs eager).'),
         Knob("RADIANCE_PQ_CHECK_MAX_M", "128", False,
              "Row cap for `RADIANCE_PQ_CHECKALL` comparisons."),
+        Knob("RADIANCE_PQ_CHECK_MAX_CALLS", None, False,
+             "Checked calls per layer for `RADIANCE_PQ_CHECKALL` (zero-input calls not counted); unset: every call. Bounds the judge's cost on CPU."),
         Knob("RADIANCE_PQ_DECODE_MAX_M", "64", False,
              "Top of the decode (split-K GEMV) band. Must cover `max_num_seqs x (SPEC+1)` rows."),
         Knob("RADIANCE_PQ2_KERNELS", "tuned", False,

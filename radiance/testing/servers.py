@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -120,9 +121,12 @@ def running_server(model_dir: Path | str, *args: str, log_dir: Path, threads_bin
 
 
 @pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory):
-    """Factory: `with vllm_server(model_dir, *vllm_args, threads_bind=..., env=..., name=...) as srv`."""
-    log_dir = tmp_path_factory.mktemp("vllm-logs")
+def vllm_server():
+    """Factory: `with vllm_server(model_dir, *vllm_args, threads_bind=..., env=..., name=...) as srv`.
+
+    Logs go to a fresh /tmp/radiance-vllm-logs-* directory that outlives the session (pytest's
+    tmp dirs are rotated away by later sessions, and a failed start is read afterwards)."""
+    log_dir = Path(tempfile.mkdtemp(prefix="radiance-vllm-logs-"))
 
     def factory(model_dir, *args, **kw):
         return running_server(model_dir, *args, log_dir=log_dir, **kw)
