@@ -84,6 +84,11 @@ def _sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
 
 
+def _capability(device: torch.device) -> tuple[int, int]:
+    # CPU (the interpreter tests) behaves like an sm_80+ part
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" else (8, 0)
+
+
 def _family(device: torch.device) -> str:
     if device.type != "cuda":
         return ""
@@ -129,7 +134,7 @@ def forward(layer: Pq2Layer, x: torch.Tensor, kernel_set: str | None = None,
     if m == 0:
         return y.reshape(*lead, layer.n)
     kernel_set = kernel_set or os.environ.get("RADIANCE_PQ2_KERNELS", "tuned")
-    chosen, split_k = table.select_path(kernel_set, m, os.environ)
+    chosen, split_k = table.select_path(kernel_set, m, os.environ, _capability(x.device))
     path = path or chosen
     if tile is None:
         tile = table.tile_for(path, layer.n, layer.k, m, _sms(x.device), split_k, _family(x.device))
@@ -141,9 +146,7 @@ def forward(layer: Pq2Layer, x: torch.Tensor, kernel_set: str | None = None,
     elif path == "gluon":
         _run_gluon(layer, q, a, t, y, m, tile)
     elif path == "dp4a":
-        if m != 1:
-            raise ValueError(f"the dp4a pq2 path is for M=1, got M={m}")
-        _run_dp4a(layer, q, a, t, y, tile)
+        _run_dp4a(layer, q, a, t, y, m, tile)
     else:
         raise table.Pq2ConfigError(f"unknown pq2 path {path!r}")
     return y.reshape(*lead, layer.n)
@@ -192,16 +195,16 @@ def _run_gluon(layer, q, a, t, y, m, tile: table.Tile) -> None:
         _reduce(layer, p, y, tile.splits)
 
 
-def _run_dp4a(layer, q, a, t, y, tile: table.Tile) -> None:
-    p = y if tile.splits == 1 else torch.empty((tile.splits, layer.n), dtype=torch.float32, device=y.device)
+def _run_dp4a(layer, q, a, t, y, m, tile: table.Tile) -> None:
+    p = y if tile.splits == 1 else torch.empty((tile.splits, m, layer.n), dtype=torch.float32, device=y.device)
     groups = layer.k // GROUP
     per = -(-(-(-groups // tile.bc)) // tile.splits) * tile.bc  # groups per split, as the kernel computes it
     even = layer.n % tile.bn == 0 and groups % per == 0 and per % tile.bc == 0 and groups // per == tile.splits
     launch = layer.plan(("dp4a", tile, y.dtype), lambda: _Launch(
         pq2_gemv_dp4a, {"BN": tile.bn, "BC": tile.bc, "SPLITS": tile.splits, "STAGES": tile.stages,
                         "ASM": not INTERPRET, "EVEN": even}, tile.warps, 1))
-    grid = (triton.cdiv(layer.n, tile.bn), tile.splits)
-    launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, p, layer.n, layer.k, layer.k // 16)
+    grid = (triton.cdiv(layer.n, tile.bn), tile.splits, m)
+    launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, p, m, layer.n, layer.k, layer.k // 16)
     if tile.splits > 1:
         _reduce(layer, p, y, tile.splits)
 

@@ -50,8 +50,13 @@ def check_set(kernel_set: str) -> str:
     return kernel_set
 
 
-def select_path(kernel_set: str, m: int, env: dict[str, str]) -> tuple[str, bool]:
-    """-> (path, split_k_allowed) for M rows. `env` holds the switches (os.environ or a test dict)."""
+TENSOR_CORE_PATHS = ("legacy", "planes", "gluon")  # int8 MMA: sm_80+ (Triton has no int8 dot on sm_75)
+
+
+def select_path(kernel_set: str, m: int, env: dict[str, str], capability: tuple[int, int] = (8, 0)) -> tuple[str, bool]:
+    """-> (path, split_k_allowed) for M rows on a GPU of `capability`. `env` holds the switches
+    (os.environ or a test dict). Before sm_80 every band and set runs the DP4A kernel (one row per
+    grid step; the sets coincide there)."""
     b = band(m)
     path = SET_PATHS[check_set(kernel_set)][b]
     name, allowed = SWITCHES[b]
@@ -60,6 +65,11 @@ def select_path(kernel_set: str, m: int, env: dict[str, str]) -> tuple[str, bool
         if raw not in allowed:
             raise Pq2ConfigError(f"{name}={raw!r}: use one of {', '.join(allowed)} (or unset it to follow the set)")
         path = raw
+    if capability < (8, 0):
+        if raw in TENSOR_CORE_PATHS:
+            raise Pq2ConfigError(f"{name}={raw}: int8 tensor-core kernels need sm_80+, this GPU is "
+                                 f"sm_{capability[0]}{capability[1]}; unset it (DP4A runs every M there)")
+        return "dp4a", kernel_set == "tuned"
     # split-K changes the fp32 summation order: off in `exact` (and meaningless for legacy)
     return path, kernel_set == "tuned"
 

@@ -43,7 +43,8 @@ def _ms_for(n):
 def _paths(m):
     from radiance.kernels.pq2_table import band
 
-    return {"m1": ["legacy", "dp4a"], "small": ["legacy", "planes", "gluon"], "prefill": ["legacy", "planes"]}[band(m)]
+    # dp4a at M > 1 is the sm_75 path (one token row per grid step); checked here on any GPU
+    return {"m1": ["legacy", "dp4a"], "small": ["legacy", "planes", "gluon", "dp4a"], "prefill": ["legacy", "planes"]}[band(m)]
 
 
 def _run(layer, x, **kw):

@@ -35,6 +35,14 @@ def test_switch_overrides_its_band_only():
     assert table.select_path("legacy", 1, {"RADIANCE_PQ2_M1": "dp4a"})[0] == "dp4a"
 
 
+def test_turing_runs_dp4a_everywhere():
+    for kset in table.SETS:
+        for m in (1, 4, 300):
+            assert table.select_path(kset, m, {}, (7, 5))[0] == "dp4a"
+    with pytest.raises(table.Pq2ConfigError, match="sm_80"):
+        table.select_path("tuned", 4, {"RADIANCE_PQ2_SMALL": "gluon"}, (7, 5))
+
+
 def test_bad_values_name_the_knob():
     with pytest.raises(table.Pq2ConfigError, match="RADIANCE_PQ2_KERNELS='fast'"):
         table.select_path("fast", 1, {})
@@ -84,7 +92,8 @@ INTERPRETED = textwrap.dedent("""
     torch.manual_seed(0)
     for n, k, m, path, tile in [(40, 256, 3, "legacy", None), (40, 384, 1, "dp4a", None),
                                 (40, 384, 1, "dp4a", Tile(bn=16, bc=2, splits=2)), (64, 1024, 1, "dp4a", Tile(bn=16, bc=4)),
-                                (64, 1024, 1, "dp4a", Tile(bn=32, bc=2, splits=2)), (70, 256, 5, "planes", None),
+                                (64, 1024, 1, "dp4a", Tile(bn=32, bc=2, splits=2)), (64, 1024, 3, "dp4a", Tile(bn=16, bc=4)),
+                                (40, 384, 5, "dp4a", Tile(bn=16, bc=2, splits=2)), (70, 256, 5, "planes", None),
                                 (70, 512, 17, "planes", Tile(bn=32, bt=16, splits=3))]:
         codes = torch.randint(0, 3, (n, k), dtype=torch.uint8)
         qw = pack_ternary(codes)

@@ -42,15 +42,23 @@ def _step(W32, WS, Q32, T, S, rows, base, wo, go, qo, groups, KW32, g1, N, EVEN:
                 tl.load(T + base + go, mask=gm, other=0), tl.load(S + base + go, mask=gm, other=0.0))
 
 
-@triton.jit
-def pq2_gemv_dp4a(Q32, S, T, W32, WS, Y, P, N, K, KW32,
+@triton.jit(do_not_specialize=["M"])
+def pq2_gemv_dp4a(Q32, S, T, W32, WS, Y, P, M, N, K, KW32,
                   BN: tl.constexpr, BC: tl.constexpr, SPLITS: tl.constexpr,
                   STAGES: tl.constexpr, ASM: tl.constexpr, EVEN: tl.constexpr):
     # KW32 = K // 16, int32 words per weight row, passed as an int for its divisibility by 16.
     # STAGES is unused (kept for the tile table's shape); EVEN: see the module docstring.
+    # grid axis 2 = token row: M > 1 re-reads the weights per row (the sm_75 path for every M,
+    # where Triton has no int8 tensor-core dot; elsewhere the tensor-core kernels take M > 1)
     groups = K // 128
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     z = tl.program_id(1)
+    tok = tl.program_id(2)
+    Q32 += tok * (KW32 * 4)
+    S += tok * groups
+    T += tok * groups
+    Y += tok * N
+    P += tok * N
     wo = tl.arange(0, BC * 8)
     go = tl.arange(0, BC)
     qo = (wo // 8) * 32 + wo % 8
@@ -77,4 +85,4 @@ def pq2_gemv_dp4a(Q32, S, T, W32, WS, Y, P, N, K, KW32,
         else:
             tl.store(Y + rows, y.to(Y.dtype.element_ty), mask=rows < N)
     else:
-        tl.store(P + z * N + rows, y, mask=rows < N)
+        tl.store(P + z * M * N + rows, y, mask=rows < N)
