@@ -249,3 +249,13 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if bias is not None:
         y = y + bias
     return y.reshape(*lead, n)
+
+
+def dense_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """An unquantized linear on NVIDIA as the knobs say: the skinny split-K GEMM where it applies
+    and RADIANCE_SKINNY_GEMM (default: on in the `tuned` pq2 set) allows it, else cuBLAS.
+    For kernels.ops' ("dense", "cuda") row (prepare: keep the contiguous weight)."""
+    kernel_set = os.environ.get("RADIANCE_PQ2_KERNELS", "tuned")
+    if table.skinny_enabled(kernel_set, os.environ):
+        return skinny_linear(x, weight, bias)
+    return torch.nn.functional.linear(x, weight, bias)

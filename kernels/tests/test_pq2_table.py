@@ -115,7 +115,13 @@ INTERPRETED = textwrap.dedent("""
         assert torch.equal(q, want) and torch.equal(a, ra)
         assert torch.equal(t, rq.view(5, -1, 128).int().sum(-1))
     w = torch.randn(40, 512)
+    import os
+    os.environ["RADIANCE_SKINNY_GEMM"] = "1"
+    y2 = pq2_ops.dense_linear(x[:, :256].repeat(1, 2), w)
+    os.environ["RADIANCE_SKINNY_GEMM"] = "0"
+    assert torch.equal(pq2_ops.dense_linear(x[:, :256].repeat(1, 2), w), x[:, :256].repeat(1, 2) @ w.t())
     y = pq2_ops.skinny_linear(x[:, :256].repeat(1, 2), w, force=True)
+    assert torch.equal(y, y2)
     ref = x[:, :256].repeat(1, 2).double() @ w.double().t()
     assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-5
     print("ok")
