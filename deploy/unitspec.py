@@ -113,6 +113,11 @@ class UnitSpec:
     stop_grace_s: int = DEFAULT_STOP_GRACE_S
 
     @property
+    def writable_dirs(self) -> list[str]:
+        """Host dirs of the writable mounts: podman does not create a missing bind source."""
+        return [m.rsplit(":", 2)[0] for m in self.mounts if m.endswith(":rw")]
+
+    @property
     def stop_timeout_s(self) -> int:
         return self.stop_grace_s + 30
 

@@ -69,34 +69,40 @@ def build_wheel(dest: Path) -> Path:
     return wheel
 
 
-def _name(req: str) -> str:
-    return re.split(r"[\s<>=!~;\[(]", req, maxsplit=1)[0]
+def closure(root: str, extras: tuple[str, ...] = ()) -> list[metadata.Distribution]:
+    """Installed distributions `root[extras]` needs, following markers and requested extras
+    (`fastapi[standard]` pulls uvicorn[standard] -> uvloop: vLLM imports it)."""
+    from packaging.requirements import Requirement
+
+    seen: dict[str, metadata.Distribution] = {}
+    done: set[tuple[str, str]] = set()
+    todo: list[tuple[str, frozenset[str]]] = [(root, frozenset(extras))]
+    while todo:
+        name, wanted = todo.pop()
+        key = name.lower().replace("_", "-")
+        if key in _DROPPED:
+            continue
+        try:
+            dist = seen.get(key) or metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            raise ImageBuildError(f"{name} (needed by {root}[{','.join(extras)}]) is not installed here; "
+                                  "run scripts/bootstrap first") from None
+        seen[key] = dist
+        for extra in ("", *wanted):
+            if (key, extra) in done:
+                continue
+            done.add((key, extra))
+            for raw in dist.requires or []:
+                req = Requirement(raw)
+                if req.marker is None or req.marker.evaluate({"extra": extra}):
+                    todo.append((req.name, frozenset(req.extras)))
+    seen.pop(root.lower().replace("_", "-"), None)
+    return sorted(seen.values(), key=lambda d: d.metadata["Name"].lower())
 
 
 def pinned_closure(extras: tuple[str, ...] = ("cpu",)) -> list[str]:
     """`name==version` for radiance's dependencies (+ extras), as installed in this environment."""
-    seen: dict[str, str] = {}
-    todo = [(r, "") for r in metadata.distribution("radiance").requires or []]
-    from packaging.markers import Marker
-
-    while todo:
-        req, _ = todo.pop()
-        if ";" in req:
-            marker = req.split(";", 1)[1].strip()
-            if not any(Marker(marker).evaluate({"extra": e}) for e in ("", *extras)):
-                continue
-        name = _name(req)
-        key = name.lower().replace("_", "-")
-        if key in seen or key in _DROPPED:
-            continue
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
-            raise ImageBuildError(f"{name} (needed by radiance[{','.join(extras)}]) is not installed here; "
-                                  "run scripts/bootstrap first") from None
-        seen[key] = f"{dist.metadata['Name']}=={dist.version}"
-        todo += [(r, "") for r in dist.requires or [] if "extra ==" not in r and "extra==" not in r]
-    return sorted(seen.values(), key=str.lower)
+    return [f"{d.metadata['Name']}=={d.version}" for d in closure("radiance", extras)]
 
 
 def _wheelhouse(pins: list[str], say: Callable[[str], None]) -> Path:

@@ -64,6 +64,8 @@ def test_demo_container_lifecycle(podman_client, cpu_image, qwen_paro_dir, tmp_p
     port, name = _free_port(), f"radiance-demo-{uuid.uuid4().hex[:8]}"
     sf = load_stacks(_podman_demo(tmp_path, cpu_image, port, name, model=qwen_paro_dir))
     spec = unitspec.unit_spec(sf, "demo")
+    for d in spec.writable_dirs:  # what the unit's ExecStartPre does
+        Path(d).mkdir(parents=True, exist_ok=True)
     try:
         container = podman_client.containers.create(**create_kwargs(spec))
         assert container.labels["radiance.stack"] == "demo"

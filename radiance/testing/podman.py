@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -82,34 +80,7 @@ def radiance_wheel(tmp_path_factory) -> Path:
     return wheel
 
 
-def _requirement_closure(root: str) -> list[metadata.Distribution]:
-    """radiance's runtime dependencies (no extras), as installed in this venv."""
-    seen: dict[str, metadata.Distribution] = {}
-    todo = [root]
-    while todo:
-        name = re.split(r"[\s<>=!~;\[(]", todo.pop(), maxsplit=1)[0]
-        key = name.lower().replace("_", "-")
-        if key in seen:
-            continue
-        dist = metadata.distribution(name)
-        seen[key] = dist
-        for req in dist.requires or []:
-            if ";" in req and "extra" in req.split(";", 1)[1]:
-                continue
-            if ";" in req and not _marker_true(req.split(";", 1)[1]):
-                continue
-            todo.append(req)
-    seen.pop("radiance", None)
-    return sorted(seen.values(), key=lambda d: d.metadata["Name"].lower())
-
-
-def _marker_true(marker: str) -> bool:
-    from packaging.markers import Marker  # vendored everywhere pip is; radiance does not depend on it
-
-    return Marker(marker.strip()).evaluate({"extra": ""})
-
-
-def _copy_dists(dists: list[metadata.Distribution], dest: Path) -> None:
+def _copy_dists(dists: list, dest: Path) -> None:
     for d in dists:
         for f in d.files or []:
             src = Path(d.locate_file(f)).resolve()
@@ -126,7 +97,9 @@ def systemd_image(podman_conf) -> str:
     from radiance.images import base
 
     b = base.ensure_base("systemd", base.SYSTEMD_PACKAGES)
-    dists = _requirement_closure("radiance")
+    from radiance.images.build import closure
+
+    dists = closure("radiance")
     spec = b.ref + "\n" + "\n".join(f"{d.metadata['Name']}=={d.version}" for d in dists)
     ref = f"localhost/radiance-systemd-test:{hashlib.sha256(spec.encode()).hexdigest()[:12]}"
     if podman("image", "exists", ref, check=False).returncode == 0:
