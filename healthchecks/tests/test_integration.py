@@ -135,7 +135,10 @@ def test_prometheus_scrapes_vllm_and_exporter(running, completed, prom):
     assert info and info[0]["metric"]["mode"] == "eval" and info[0]["metric"]["vllm_version"].startswith("0.32")
     to_ready = prom.wait_for('radiance_launch_phase_seconds{stack="demo", phase="exec_to_ready"}')
     assert to_ready and 1 < float(to_ready[0]["value"][1]) < STARTUP_S
-    assert prom.wait_for('radiance_probe_latency_seconds_count{stack="demo", probe="ready"} > 0')
+    latency = prom.wait_for('radiance_probe_latency_seconds_sum{stack="demo", probe="ready"} / '
+                            'radiance_probe_latency_seconds_count{stack="demo", probe="ready"}')
+    assert latency, "no ready-probe latency in Prometheus"
+    print(f"\nexec_to_ready {float(to_ready[0]['value'][1]):.1f} s; mean ready probe {float(latency[0]['value'][1]):.3f} s")
 
 
 def _scraped_names(url: str) -> set[str]:
