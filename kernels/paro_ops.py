@@ -6,10 +6,14 @@ load time, never inside CUDA-graph capture). `forward(layer, x)` = prologue laun
 
 | capability | M <= RADIANCE_PQ_DECODE_MAX_M | M above |
 |---|---|---|
-| sm_80+ | split-K GEMM, 16..64-row tiles | tiled GEMM (W4A16 fp16, or W4A8 int8 with RADIANCE_PQ_I8=1) |
-| sm_75 | split-K GEMM, fp16, tiles fitted to 64 KB smem | dequant to fp16 scratch + cuBLAS (RADIANCE_PQ_SCRATCH_GEMM) |
+| sm_80+ | split-K: W4A16 M <= GEMV_MAX_M `gemv` (CUDA cores, fp32 activations), else `deq` | `deq` tiles (W4A16 fp16, or W4A8 int8 with RADIANCE_PQ_I8=1) |
+| sm_75 | the same kinds, tiles fitted to 64 KB smem | dequant to fp16 scratch + cuBLAS (RADIANCE_PQ_SCRATCH_GEMM) |
 
-W4A8 needs int8 tensor-core dots (sm_80+); asking for it below is an error, not a fallback.
+GEMM kinds (triton/paro_gemm.py): `deq` (weights dequantized in registers, staged as the MMA's B
+operand; W4A16 reads plain fp16 activations, as AWQ/Marlin do, so |rotated activation| must stay
+below 65504; W4A8 reads per-group int8 and folds the zero point per group), `fold` (transposed
+MMA on (c - 8) with fp16 activations scaled per (row, group) by a power of two: no range limit),
+`gemv` (CUDA cores). W4A8 needs int8 tensor-core dots (sm_80+); asking for it below is an error.
 """
 
 from __future__ import annotations
@@ -24,16 +28,25 @@ from radiance.kernels.triton import paro_gemm, paro_rotate
 from radiance.knobs import knob, knob_int
 
 MAX_PARTS = 3
+GEMV_MAX_M = 1  # W4A16 rows up to this run the CUDA-core gemv (one program per row)
 SMEM_LIMIT = {(7, 5): 64 * 1024, (8, 0): 163 * 1024, (8, 6): 99 * 1024, (8, 9): 99 * 1024, (9, 0): 227 * 1024}
 
 
 @dataclass(frozen=True)
 class Tile:
-    bm: int  # rows of x per program (the MMA's N side)
-    bn: int  # output columns per program (the MMA's M side)
+    bm: int  # rows of x per program
+    bn: int  # output columns per program
     warps: int
     stages: int
     split: int = 1
+    kind: str = "deq"  # paro_gemm.KERNELS: "deq" | "fold" | "gemv"
+
+
+def prologue_mode(kind: str, i8: bool) -> int:
+    """The activation format each GEMM kind reads (paro_rotate's output modes)."""
+    if i8:
+        return paro_rotate.I8G
+    return {"deq": paro_rotate.PLAIN, "fold": paro_rotate.F16G, "gemv": paro_rotate.ROT32}[kind]
 
 
 def smem_bytes(t: Tile, act_bytes: int) -> int:
@@ -46,11 +59,11 @@ def fit_tile(t: Tile, limit: int, act_bytes: int = 2) -> Tile:
     """Halve stages (to 2), then BM (to 16), then BN (to 64) until the tile fits `limit` bytes."""
     while smem_bytes(t, act_bytes) > limit:
         if t.stages > 2:
-            t = Tile(t.bm, t.bn, t.warps, t.stages - 1, t.split)
+            t = Tile(t.bm, t.bn, t.warps, t.stages - 1, t.split, t.kind)
         elif t.bm > 16:
-            t = Tile(t.bm // 2, t.bn, t.warps, t.stages, t.split)
+            t = Tile(t.bm // 2, t.bn, t.warps, t.stages, t.split, t.kind)
         elif t.bn > 64:
-            t = Tile(t.bm, t.bn // 2, max(4, t.warps // 2), t.stages, t.split)
+            t = Tile(t.bm, t.bn // 2, max(4, t.warps // 2), t.stages, t.split, t.kind)
         else:
             raise ValueError(f"paroquant: no GEMM tile fits {limit} bytes of shared memory")
     return t
@@ -83,18 +96,21 @@ def use_int8(cap: tuple[int, int]) -> bool:
     return raw == "1"
 
 
-def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int]) -> Tile:
-    """Split-K tile for the decode band: enough programs for ~2 waves of the SMs."""
-    bm = min(64, max(16, triton.next_power_of_2(m)))
-    bn = 128
+def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8: bool = False) -> Tile:
+    """Split-K tile for the decode band: ~4 programs per SM. W4A16 with M <= GEMV_MAX_M runs on
+    CUDA cores (gemv); above, and for W4A8, the tensor-core kind."""
+    if not i8 and m <= GEMV_MAX_M:
+        bm, bn, kind, stages = 1, 128, "gemv", 3
+    else:
+        bm, bn, kind, stages = min(64, max(16, triton.next_power_of_2(m))), 128, "deq", 4
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    split = max(1, min(groups // 2, triton.cdiv(2 * sms, tiles), 16))
-    t = Tile(bm, bn, 4, 4, split)
+    split = max(1, min(groups // 2, triton.cdiv(4 * sms, tiles), 16))
+    t = Tile(bm, bn, 4, stages, split, kind)
     return fit_tile(t, smem_limit(cap)) if cap < (9, 0) else t
 
 
 def prefill_tile(cap: tuple[int, int], i8: bool) -> Tile:
-    t = Tile(128, 128, 8, 3)
+    t = Tile(128, 128, 8, 3, 1, "deq")
     return fit_tile(t, smem_limit(cap), 1 if i8 else 2)
 
 
@@ -183,7 +199,7 @@ def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: li
                       paro_rotate.build_tables(rotations, device),
                       tuple((bounds + [1 << 30, 1 << 30])[:2]), n, k, cap, sms,
                       knob_int("RADIANCE_PQ_DECODE_MAX_M"), use_int8(cap), scratch_gemm_preferred(cap), bias)
-    part = max(decode_tile(m, n, g, sms, cap).split * m * n for m in range(1, layer.decode_max_m + 1))
+    part = max(decode_tile(m, n, g, sms, cap, layer.i8).split * m * n for m in range(1, layer.decode_max_m + 1))
     deq = n * k if layer.scratch_prefill else 0
     reserve_scratch(device, part, deq)
     return layer
@@ -202,26 +218,25 @@ def tile_for(layer: ParoLayer, m: int) -> Tile:
     t = layer.tiles.get(key)
     if t is None:
         groups = layer.k // GROUP_SIZE
-        t = decode_tile(m, layer.n, groups, layer.sms, layer.cap) if key[0] == "d" else prefill_tile(layer.cap, layer.i8)
+        t = decode_tile(m, layer.n, groups, layer.sms, layer.cap, layer.i8) if key[0] == "d" \
+            else prefill_tile(layer.cap, layer.i8)
         if layer.parts > 1:
             while any(b < (1 << 30) and b % t.bn for b in layer.bounds):
-                t = Tile(t.bm, t.bn // 2, t.warps, t.stages, t.split)
+                t = Tile(t.bm, t.bn // 2, t.warps, t.stages, t.split, t.kind)
         layer.tiles[key] = t
     return t
 
 
-def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor, rs: torch.Tensor,
-                 out_dtype: torch.dtype, tile: Tile | None = None) -> torch.Tensor:
-    """y [M, N] from prologue outputs (a [P, M, K], s/rs [P, M, G]); `tile` overrides the table
-    (benchmark sweeps)."""
+def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor | None, rs: torch.Tensor | None,
+                 out_dtype: torch.dtype, t: Tile) -> torch.Tensor:
+    """y [M, N] from prologue outputs (a [P, M, K] in the format `t.kind` reads, s/rs [P, M, G])."""
     check_partitions(layer, a)
     m = a.shape[1]
-    t = tile or tile_for(layer, m)
     y = torch.empty(m, layer.n, dtype=out_dtype, device=a.device)
     scr = _SCRATCH.get(a.device)
     if scr is None:
         raise RuntimeError(f"paroquant: no scratch reserved on {a.device}; prepare the layer on the device it runs on")
-    paro_gemm.gemm(a, s, rs, layer.wb, layer.sc, layer.d, y, bm=t.bm, bn=t.bn, split=t.split,
+    paro_gemm.gemm(t.kind, a, s, rs, layer.wb, layer.sc, layer.d, y, bm=t.bm, bn=t.bn, split=t.split,
                    pb1=layer.bounds[0], pb2=layer.bounds[1], part=scr.part, cnt=scr.cnt,
                    num_warps=t.warps, num_stages=t.stages)
     return y
@@ -244,9 +259,11 @@ def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None) -> torc
     if m > layer.decode_max_m and layer.scratch_prefill:
         y = _scratch_forward(layer, x)
     else:
-        mode = paro_rotate.I8G if layer.i8 else paro_rotate.F16G
-        a, s, rs = paro_rotate.rotate(x, layer.tables, mode)
-        y = gemm_rotated(layer, a, s, rs, x.dtype, tile)
+        t = tile or tile_for(layer, m)  # `tile` overrides the table (benchmark sweeps, tests)
+        if layer.i8 and t.kind == "gemv":
+            raise ValueError("paroquant: the gemv kind is W4A16 only")
+        a, s, rs = paro_rotate.rotate(x, layer.tables, prologue_mode(t.kind, layer.i8))
+        y = gemm_rotated(layer, a, s, rs, x.dtype, t)
     if layer.bias is not None:
         y += layer.bias.to(y.dtype)
     return y

@@ -65,12 +65,16 @@ def _main() -> None:
         for name, parts in cases:
             qw, qz, sc, rots, bounds = rnd.merged(parts)
             layer = ops.prepare(qw, qz, sc, rots, bounds)
-            for m in (1, 5, 70):
+            for m in (1, 3, 70):
                 x = torch.randn(m, layer.k, generator=gen).to(torch.float16)
-                y = ops.forward(layer, x)
-                tile = ops.tile_for(layer, m)
-                check(f"{'W4A8' if i8 else 'W4A16'} {name} M={m} split={tile.split}",
-                      rnd.rel(y, rnd.reference_merged(x, parts, act)), 2e-3)
+                ref = rnd.reference_merged(x, parts, act)
+                base = ops.tile_for(layer, m)
+                kinds = ("fold", "deq") + (() if i8 else ("gemv",))
+                tiles = [base] + [ops.Tile(16 if k != "gemv" else 1, 64 if k != "gemv" else 32, 4, 2,
+                                           base.split, k) for k in kinds] if m == 3 else [base]
+                for t in tiles:
+                    check(f"{'W4A8' if i8 else 'W4A16'} {name} M={m} {t}",
+                          rnd.rel(ops.forward(layer, x, tile=t), ref), 2e-3)
     os.environ["RADIANCE_PQ_I8"] = "0"
     os.environ["RADIANCE_PQ_SCRATCH_GEMM"] = "1"
     qw, qz, sc, rots, bounds = rnd.merged(cases[1][1])

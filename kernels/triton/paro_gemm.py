@@ -43,9 +43,31 @@ def repack(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: lis
 
 
 @triton.jit
-def _paro_gemm_kernel(A, S, RS, W, SC, D, Y, PART, CNT,
-                      M, N, K, G, pb1, pb2, gps, SPLIT,
-                      BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr):
+def _finish(acc, Y, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, pid_k, tile):
+    # acc [BM, BN] fp32 -> y. Split-K: partial to scratch, then an atomic ticket; the last program
+    # of the tile sums the partials in split order (deterministic) and resets the ticket.
+    y_ptr = Y + offs_m[:, None] * N + offs_n[None, :]
+    ymask = mmask[:, None] & nmask[None, :]
+    if SPLIT == 1:
+        tl.store(y_ptr, acc.to(Y.dtype.element_ty), mask=ymask)
+    else:
+        mn = M * N
+        part = PART + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(part + pid_k * mn, acc, mask=ymask)
+        ticket = tl.atomic_add(CNT + tile, 1, sem="acq_rel")
+        if ticket == SPLIT - 1:
+            tot = tl.zeros(acc.shape, dtype=tl.float32)
+            for z in range(SPLIT):
+                tot += tl.load(part + z * mn, mask=ymask, other=0.0, cache_modifier=".cg")
+            tl.store(y_ptr, tot.to(Y.dtype.element_ty), mask=ymask)
+            tl.atomic_xchg(CNT + tile, 0)
+
+
+@triton.jit
+def _paro_fold_kernel(A, S, RS, W, SC, D, Y, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
+                      BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr, NS: tl.constexpr):
+    # kind "fold": transposed dot (weights = the MMA's M side, x rows its N side) on (c - 8), the
+    # zero point folded once per group: acc += S * (sc * dot - sc*d * RS)
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -61,8 +83,8 @@ def _paro_gemm_kernel(A, S, RS, W, SC, D, Y, PART, CNT,
     g0 = pid_k * gps
     g1 = tl.minimum(g0 + gps, G)
     acc = tl.zeros((BN, BM), dtype=tl.float32)
-    for g in range(g0, g1):
-        w = tl.load(W + (g * N + offs_n[:, None]) * 64 + offs_t[None, :], mask=nmask[:, None], other=0x88)
+    for g in tl.range(g0, g1, num_stages=NS):
+        w = tl.load(W + (g * N + offs_n[:, None]) * 64 + offs_t[None, :], mask=nmask[:, None], other=0)
         a_lo = tl.load(a_base + g * 128, mask=mmask[None, :], other=0)
         a_hi = tl.load(a_base + g * 128 + 64, mask=mmask[None, :], other=0)
         if A_INT8:
@@ -81,27 +103,102 @@ def _paro_gemm_kernel(A, S, RS, W, SC, D, Y, PART, CNT,
         s = tl.load(S + s_base + g, mask=mmask, other=0.0)
         sr = s * tl.load(RS + s_base + g, mask=mmask, other=0.0)
         acc += (dg * sc[:, None]) * s[None, :] - zs[:, None] * sr[None, :]
-    y_ptr = Y + offs_m[None, :] * N + offs_n[:, None]
-    ymask = nmask[:, None] & mmask[None, :]
-    if SPLIT == 1:
-        tl.store(y_ptr, acc.to(Y.dtype.element_ty), mask=ymask)
-    else:
-        mn = M * N
-        part = PART + offs_m[None, :] * N + offs_n[:, None]
-        tl.store(part + pid_k * mn, acc, mask=ymask)
-        tile = pid_n * tl.num_programs(0) + pid_m
-        ticket = tl.atomic_add(CNT + tile, 1, sem="acq_rel")
-        if ticket == SPLIT - 1:
-            tot = tl.zeros((BN, BM), dtype=tl.float32)
-            for z in range(SPLIT):
-                tot += tl.load(part + z * mn, mask=ymask, other=0.0, cache_modifier=".cg")
-            tl.store(y_ptr, tot.to(Y.dtype.element_ty), mask=ymask)
-            tl.atomic_xchg(CNT + tile, 0)
+    _finish(tl.trans(acc), Y, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, pid_k,
+            pid_n * tl.num_programs(0) + pid_m)
 
 
-def gemm(a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1: int, pb2: int,
+@triton.jit
+def _paro_deq_kernel(A, S, RS, W, SC, D, Y, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
+                     BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr, NS: tl.constexpr):
+    # kind "deq": x rows the MMA's M side, weights its N side (B operand staged in shared memory).
+    # W4A16: plain fp16 activations, weights (c - zp) * sc in fp16 (one rounding of an exact
+    # product), accumulated by the dot itself. W4A8: int8 dot on (c - 8), zero point folded per group.
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    n0 = pid_n * BN
+    prt = (n0 >= pb1).to(tl.int32) + (n0 >= pb2).to(tl.int32)
+    offs_n = n0 + tl.arange(0, BN)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_t = tl.arange(0, 64)
+    nmask = offs_n < N
+    mmask = offs_m < M
+    a_base = A + prt * M * K + offs_m[:, None] * K + offs_t[None, :]  # [BM, 64]
+    w_base = W + offs_n[None, :] * 64 + offs_t[:, None]  # [64, BN]
+    s_base = prt * M * G + offs_m * G
+    g0 = pid_k * gps
+    g1 = tl.minimum(g0 + gps, G)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for g in tl.range(g0, g1, num_stages=NS):
+        w = tl.load(w_base + g * N * 64, mask=nmask[None, :], other=0)
+        a_lo = tl.load(a_base + g * 128, mask=mmask[:, None], other=0)
+        a_hi = tl.load(a_base + g * 128 + 64, mask=mmask[:, None], other=0)
+        if A_INT8:
+            lo = ((w & 15).to(tl.int8) - 8).to(tl.int8)
+            hi = ((w >> 4).to(tl.int8) - 8).to(tl.int8)
+            dg = tl.dot(a_lo, lo, out_dtype=tl.int32)
+            dg = tl.dot(a_hi, hi, dg, out_dtype=tl.int32)
+            sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0).to(tl.float32)
+            zs = sc * tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.float32)
+            s = tl.load(S + s_base + g, mask=mmask, other=0.0)
+            sr = s * tl.load(RS + s_base + g, mask=mmask, other=0.0)
+            acc += (dg.to(tl.float32) * sc[None, :]) * s[:, None] - sr[:, None] * zs[None, :]
+        else:
+            sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0)
+            zp = (tl.load(D + g * N + offs_n, mask=nmask, other=0) + 8).to(tl.float16)
+            lo = ((w & 15).to(tl.float16) - zp[None, :]) * sc[None, :]
+            hi = ((w >> 4).to(tl.float16) - zp[None, :]) * sc[None, :]
+            acc = tl.dot(a_lo, lo, acc)
+            acc = tl.dot(a_hi, hi, acc)
+    _finish(acc, Y, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, pid_k,
+            pid_n * tl.num_programs(0) + pid_m)
+
+
+@triton.jit
+def _paro_gemv_kernel(A, S, RS, W, SC, D, Y, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
+                      BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr, NS: tl.constexpr):
+    # kind "gemv" (W4A16, one row of x per program, BM = 1): CUDA cores on fp32 rotated
+    # activations (RS = their group sums, from the prologue). The weight is read as int32 words:
+    # nibble j of word t holds k = (j % 2) * 64 + 4t + j // 2, so a nibble plane is a shift and an
+    # and on whole words. Per group t = sum_j c_j * a_j elementwise, acc += sc * t; the zero point
+    # folds as sc * zp * RS. One cross-thread reduction, at the end.
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    n0 = pid_n * BN
+    prt = (n0 >= pb1).to(tl.int32) + (n0 >= pb2).to(tl.int32)
+    offs_n = n0 + tl.arange(0, BN)
+    offs_w = tl.arange(0, 16)
+    nmask = offs_n < N
+    a_row = A + prt * M * K + pid_m * K + offs_w * 4
+    rs_row = RS + prt * M * G + pid_m * G
+    w_base = W + offs_n[:, None] * 16 + offs_w[None, :]  # int32 words [BN, 16]
+    g0 = pid_k * gps
+    g1 = tl.minimum(g0 + gps, G)
+    acc = tl.zeros((BN, 16), dtype=tl.float32)
+    accz = tl.zeros((BN,), dtype=tl.float32)
+    for g in tl.range(g0, g1, num_stages=NS):
+        w = tl.load(w_base + g * N * 16, mask=nmask[:, None], other=0)
+        t = tl.zeros((BN, 16), dtype=tl.float32)
+        for j in tl.static_range(8):
+            a_j = tl.load(a_row + g * 128 + (j % 2) * 64 + j // 2)
+            t += ((w >> (4 * j)) & 15).to(tl.float32) * a_j[None, :]
+        sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0).to(tl.float32)
+        zp = tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.float32) + 8.0
+        acc += t * sc[:, None]
+        accz += (sc * zp) * tl.load(rs_row + g)
+    y = tl.sum(acc, axis=1) - accz
+    offs_m = pid_m + tl.arange(0, 1)
+    _finish(y[None, :], Y, PART, CNT, offs_m, offs_n, offs_m < M, nmask, M, N, SPLIT, pid_k,
+            pid_n * tl.num_programs(0) + pid_m)
+
+
+KERNELS = {"fold": _paro_fold_kernel, "deq": _paro_deq_kernel, "gemv": _paro_gemv_kernel}
+
+
+def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1: int, pb2: int,
          part: torch.Tensor | None, cnt: torch.Tensor | None, num_warps: int, num_stages: int):
-    """y [M, N] = paroquant GEMM of prologue outputs a [P, M, K], s/rs [P, M, G]."""
+    """y [M, N] from prologue outputs a [P, M, K] (+ s/rs [P, M, G] for the folded kinds)."""
     _, m, k = a.shape
     g, n, _ = wb.shape
     gps = triton.cdiv(g, split)
@@ -113,9 +210,15 @@ def gemm(a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1: int, pb2:
         raise RuntimeError(
             f"paroquant split-K scratch too small for split={split} M={m} N={n}; "
             "reserve it with radiance.kernels.paro_ops.reserve_scratch before graph capture")
-    _paro_gemm_kernel[grid](a, s, rs, wb, sc, d, y, part, cnt, m, n, k, g, pb1, pb2, gps, split,
-                            BM=bm, BN=bn, A_INT8=a.dtype == torch.int8,
-                            num_warps=num_warps, num_stages=num_stages)
+    s = part if s is None else s  # unused by the kinds that take no activation scales / sums
+    rs = part if rs is None else rs
+    if kind == "gemv":
+        if bm != 1:
+            raise ValueError("paroquant gemv takes one row per program (bm=1)")
+        wb = wb.view(torch.int32)  # the same bytes as words [G, N, 16]
+    KERNELS[kind][grid](a, s, rs, wb, sc, d, y, part, cnt, m, n, k, g, pb1, pb2, gps, split,
+                        BM=bm, BN=bn, A_INT8=a.dtype == torch.int8, NS=num_stages,
+                        num_warps=num_warps, num_stages=num_stages)
     return y
 
 

@@ -6,7 +6,8 @@ so a layer is one gather: x' = c*x + s*x[partner] with s signed per position (+s
 i, -sin at its j); `RotTables` holds partner/cos/ssin per (partition, layer, channel), built once.
 
 Output modes (OUT_MODE):
-- 0 ROT32: the rotated activations in fp32 (the numerics gate against reference.rotate).
+- 0 ROT32: the rotated activations in fp32, RS = their group sums (the numerics gate against
+           reference.rotate; the gemv GEMM's input).
 - 1 F16G:  fp16 codes scaled per (row, group) by a power of two so the group amax lands in
            [2^14, 2^15): exact scaling, no overflow whatever the activation range, no subnormals.
            S = that power of two, RS = sum of the fp16 codes (fp32) -- the GEMM's W4A16 input.
@@ -107,6 +108,7 @@ def _rotate_kernel(X, PARTNER, COS, SSIN, CS, A, S, RS,
     out = A + p * M * K + rows[:, None] * K + kk[None, :]
     if OUT_MODE == 0:
         tl.store(out, x, mask=rmask[:, None])
+        tl.store(RS + p * M * G + rows * G + g, tl.sum(x, axis=1), mask=rmask)
     elif OUT_MODE == 3:
         tl.store(out, x.to(tl.float16), mask=rmask[:, None])
     else:
@@ -143,7 +145,7 @@ def rows_per_program(m: int) -> int:
 def rotate(x: torch.Tensor, tables: RotTables, mode: int,
            out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
     """x [M, K] (bf16/fp16/fp32) -> (A [P, M, K], S [P, M, G] fp32, RS [P, M, G] fp32).
-    S / RS are None in ROT32 and PLAIN modes."""
+    S is None in ROT32 and PLAIN modes, RS in PLAIN."""
     if x.dim() != 2 or x.shape[1] != tables.k:
         raise ValueError(f"paroquant prologue: x must be [M, {tables.k}], got {list(x.shape)}")
     if x.stride(1) != 1:
@@ -162,6 +164,8 @@ def rotate(x: torch.Tensor, tables: RotTables, mode: int,
     _rotate_kernel[grid](x, tables.partner, tables.cos, tables.ssin, tables.cs, a, s, rs,
                          m, k, g, x.stride(0), KROT=tables.krot, BM=bm, OUT_MODE=mode,
                          num_warps=4 if bm >= 8 else 2)
-    if mode in (ROT32, PLAIN):
+    if mode == PLAIN:
         return a, None, None
+    if mode == ROT32:
+        return a, None, rs
     return a, s, rs
