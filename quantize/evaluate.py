@@ -11,6 +11,7 @@ agree; reported as means over all positions, with both models' perplexity on the
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -24,7 +25,7 @@ from safetensors import safe_open
 from radiance.kernels import reference as R
 from radiance.kernels.formats import paroquant as paro_fmt
 from radiance.kernels.formats import pq2 as pq2_fmt
-from radiance.quantize.convert import RECORD
+from radiance.quantize.convert import RECORD, single_thread
 
 ACTS = ("none", "int8_group", "fp8_group", "fp8_token")
 
@@ -48,18 +49,21 @@ class KlReport:
 
 
 class ReferenceLinear(torch.nn.Module):
-    """y = fake_quant(rotate(x)) @ W_dq^T + b in float32 (rotation only for paroquant)."""
+    """y = fake_quant(rotate(x)) @ W_dq^T + b in float32 (rotation only for paroquant).
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, plan=None, channel_scales=None, act=None):
+    The weight is dequantized per call from the packed tensors (`weight_fn`), so the evaluation
+    holds one float32 model plus packed weights, not a second float32 copy of every linear."""
+
+    def __init__(self, weight_fn, bias: torch.Tensor | None, plan=None, channel_scales=None, act=None):
         super().__init__()
-        self.weight_dq = weight
+        self.weight_fn = weight_fn
         self.bias = bias
         self.plan, self.cs, self.act = plan, channel_scales, act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = R.apply_rotation(x, self.plan, self.cs) if self.plan is not None else x.to(torch.float32)
         y = R.fake_quant(y, self.act)
-        y = y @ self.weight_dq.t()
+        y = y @ self.weight_fn().t()
         return y if self.bias is None else y + self.bias
 
 
@@ -102,13 +106,13 @@ def reference_linears(quant_dir: Path, act: str | None) -> tuple[str, dict[str, 
         if method == "paroquant":
             t = paro_fmt.ParoTensors.from_state(state, p)
             paro_fmt.validate(t, p, cfg.get("bits", 4), cfg.get("group_size", 128))
-            w = R.dequant_paroquant(t.qweight, t.qzeros, t.scales)
             plan = R.rotation_plan(t.pairs, t.theta)
+            w = functools.partial(R.dequant_paroquant, t.qweight, t.qzeros, t.scales)
             mods[p] = ReferenceLinear(w, bias, plan, t.channel_scales.to(torch.float32), act)
         else:
             t = pq2_fmt.Pq2Tensors.from_state(state, p)
             pq2_fmt.validate(t, p, cfg.get("bits", 2), cfg.get("group_size", 128))
-            mods[p] = ReferenceLinear(R.dequant_pq2(t.qweight, t.scales), bias, act=act)
+            mods[p] = ReferenceLinear(functools.partial(R.dequant_pq2, t.qweight, t.scales), bias, act=act)
     if not mods:
         raise EvalError(f"{quant_dir}: no quantized linear (no *.qweight tensors)")
     return method, mods
@@ -143,11 +147,18 @@ def kl_report(
     chunks = corpus_chunks(tok, seq_len, max_chunks)
     if not chunks:
         raise EvalError(f"the corpus holds fewer than --seq-len {seq_len} tokens per file")
+    stats = compare(model, quant_mods, chunks, f"KL {quant_dir.name} vs {base_dir.name}", progress)
+    return KlReport(quantized=str(quant_dir), source=str(base_dir), quant_method=method, act=act, **stats)
+
+
+def compare(model, quant_mods: dict[str, torch.nn.Module], chunks: list[torch.Tensor], label: str = "KL",
+            progress: bool = False) -> dict:
+    """Per chunk: logits with the model's own linears, then with `quant_mods` swapped in."""
     kl_sum = kl_max = nll_s = nll_q = 0.0
     agree = n = 0
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with torch.inference_mode(), Progress(*cols, disable=not progress, transient=True) as bar:
-        task = bar.add_task(f"KL {quant_dir.name} vs {base_dir.name}", total=len(chunks))
+    with torch.inference_mode(), single_thread(), Progress(*cols, disable=not progress, transient=True) as bar:
+        task = bar.add_task(label, total=len(chunks))
         for ids in chunks:
             batch = ids.unsqueeze(0)
             lp_s = torch.log_softmax(model(batch).logits[0].float(), -1)
@@ -166,11 +177,8 @@ def kl_report(
             n += len(ids)
             bar.advance(task)
     nt = n - len(chunks)
-    return KlReport(
-        quantized=str(quant_dir), source=str(base_dir), quant_method=method, act=act, positions=n,
-        kl_mean=kl_sum / n, kl_max=kl_max, top1=agree / n,
-        ppl_source=math.exp(nll_s / nt), ppl_quantized=math.exp(nll_q / nt),
-    )
+    return {"positions": n, "kl_mean": kl_sum / n, "kl_max": kl_max, "top1": agree / n,
+            "ppl_source": math.exp(nll_s / nt), "ppl_quantized": math.exp(nll_q / nt)}
 
 
 def report_json(r: KlReport) -> str:
