@@ -100,6 +100,30 @@ def test_gemm_every_shape_and_odd_m(shape, i8, gen):
     assert err <= 2e-3, f"{shape} {'W4A8' if i8 else 'W4A16'}: worst rel {err:.2e} at M={m}: {worst}"
 
 
+@pytest.mark.parametrize("i8", [False, True], ids=["W4A16", "W4A8"])
+@pytest.mark.parametrize("shape", ["down", "qkv_P3"])
+def test_every_kernel_kind(shape, i8, gen):
+    """Each GEMM kind and tile the benchmark may pick, forced, on a split-K and a merged shape."""
+    from radiance.kernels import paro_ops as ops
+    from radiance.kernels.triton import paro_random as rnd
+
+    sizes, k = SHAPES[shape]
+    parts = _layers(sizes, k, gen)
+    layer = _prepare(parts, i8)
+    act = "int8_group" if i8 else None
+    for m in (1, 3, 64, 300):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        ref = rnd.reference_merged(x, parts, act)
+        split = ops.tile_for(layer, m).split
+        tiles = [ops.Tile(16, 64, 4, 3, split, "fold"), ops.Tile(16, 128, 4, 3, split, "deq"),
+                 ops.Tile(64, 128, 4, 4, split, "deq"), ops.Tile(128, 64, 4, 4, 1, "fold")]
+        if not i8:
+            tiles += [ops.Tile(1, bn, w, 3, split, "gemv") for bn, w in ((64, 4), (128, 4), (256, 8))]
+        for t in tiles:
+            err = rnd.rel(ops.forward(layer, x, tile=t), ref)
+            assert err <= 2e-3, f"{shape} M={m} {t}: rel {err:.2e}"
+
+
 def test_decode_under_cuda_graph(gen):
     from radiance.kernels import paro_ops as ops
 
