@@ -87,6 +87,25 @@ def exporter_cmd(
         raise typer.Exit(1) from None
 
 
+def ready_argv(url: str, model: str | None = None, *, timeout_s: float = 30.0, wait_s: float | None = None,
+               interval_s: float = 5.0, stack: str | None = None, exe: str = "radiance") -> list[str]:
+    """The `radiance probe ready` command line, for units and podman's --health-cmd to embed.
+
+    Steady state (HEALTHCHECK): no `wait_s`. Startup (ExecStartPost=, vllm-switch): `wait_s` = the
+    startup window, and `stack` to record when it became ready (the exec_to_ready phase).
+    """
+    argv = [exe, "probe", "ready", "--url", url, "--timeout", f"{timeout_s:g}"]
+    if model:
+        argv += ["--model", model]
+    if wait_s is not None:
+        argv += ["--wait", f"{wait_s:g}", "--interval", f"{interval_s:g}"]
+        if stack:
+            argv += ["--stack", stack]
+    elif stack:
+        raise ValueError("stack is recorded only by a waiting probe: give wait_s too")
+    return argv
+
+
 def register(app: typer.Typer) -> None:
     """Add this package's commands to the root app."""
     app.add_typer(probe_app, name="probe")

@@ -58,3 +58,17 @@ def test_wait_gives_up_with_exit_1(openai_server):
 def test_stack_without_wait_is_a_usage_error(openai_server):
     r = _probe("ready", "--url", "http://127.0.0.1:1", "--stack", "demo")
     assert r.returncode == 2 and "needs --wait" in r.stderr
+
+
+def test_ready_argv_runs_as_built(openai_server, tmp_path):
+    from radiance.healthchecks.cli import ready_argv
+
+    s = openai_server(models=["qwen"])
+    argv = ready_argv(s.url, "qwen", timeout_s=5, wait_s=10, interval_s=0.5, stack="paro", exe=str(RADIANCE))
+    assert argv[1:] == ["probe", "ready", "--url", s.url, "--timeout", "5", "--model", "qwen", "--wait", "10",
+                        "--interval", "0.5", "--stack", "paro"]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                       env=os.environ | {"RADIANCE_HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert state.read_state("ready", "paro", root=tmp_path / "state")["stack"] == "paro"
+    assert ready_argv(s.url)[1:] == ["probe", "ready", "--url", s.url, "--timeout", "30"]
