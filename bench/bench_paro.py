@@ -33,7 +33,7 @@ SHAPES = {  # name: partition sizes along N, K (in the order they are measured)
 BASELINE_MS = (1, 2, 4, 8, 16, 64, 512, 2048)  # tinygemm / gemlite timed at these M only
 MS = list(range(1, 17)) + [64, 512, 2048]
 SWEEP_MS = (1, 4, 16, 2048)
-SWEEP_SHAPES = ("gate_up", "down")
+SWEEP_SHAPES = ("gate_up",)
 
 
 def graph_time(fns, iters=20):
