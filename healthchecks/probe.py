@@ -162,7 +162,8 @@ def wait_ready(
 
     Returns the passing result (latency_s = time from the first attempt until ready) or the last
     failing one with the window named in its reason. Each attempt's timeout is cut to what is left
-    of the window, and no attempt starts after it, so the call returns within `startup_s`.
+    of the window, and no attempt starts without at least an interval of it left, so the call
+    returns within `startup_s`.
     """
     if startup_s <= 0 or interval_s <= 0:
         raise ValueError(f"startup_s and interval_s must be > 0, got {startup_s}, {interval_s}")
@@ -175,7 +176,9 @@ def wait_ready(
         if result.ok:
             return ProbeResult(True, result.reason, time.monotonic() - start)
         next_at = time.monotonic() + interval_s
-        if next_at >= end:  # no room for another attempt: report this one's reason
+        # An attempt left with less than an interval (or its own timeout) would only time out and
+        # bury the real reason (a 503, a missing model) under "no answer within 0.01s".
+        if end - next_at < min(timeout, interval_s):
             return ProbeResult(False, f"{result.reason} (startup window of {startup_s:g}s ran out)",
                                time.monotonic() - start)
         time.sleep(next_at - time.monotonic())

@@ -86,7 +86,7 @@ def test_wait_ready_gives_up_when_the_startup_window_closes(openai_server):
     r = probe.wait_ready(s.url, "demo", startup_s=1.0, interval_s=0.3, timeout=2)
     assert not r.ok
     assert "startup window of 1s ran out" in r.reason and "503" in r.reason
-    assert time.monotonic() - t0 < 2.5
+    assert time.monotonic() - t0 < 4.0  # the window (1 s) plus slack for a loaded machine
 
 
 @pytest.mark.parametrize("bad", ["localhost:8000", "ftp://x"])
