@@ -33,14 +33,15 @@ SMALL = Dims(hidden=512, q=1024, kv=256, inter=1024)  # same structure, CI-sized
 
 
 def _random_pq2(n: int, k: int, gen: torch.Generator) -> Pq2Tensors:
-    codes = torch.randint(0, 3, (n, k), generator=gen)
-    scales = (torch.rand(n, k // 128, generator=gen) * 0.02 + 0.002).to(torch.float16)
+    codes = torch.randint(0, 3, (n, k), generator=gen, device=gen.device)
+    scales = (torch.rand(n, k // 128, generator=gen, device=gen.device) * 0.02 + 0.002).to(torch.float16)
     return Pq2Tensors(pack_ternary(codes), scales)
 
 
-def random_weights(method: str, dims: Dims, layers: int, seed: int) -> list[dict]:
-    """Full (unsharded) per-projection tensors, identical on every rank for the same seed."""
-    gen = torch.Generator().manual_seed(seed)
+def random_weights(method: str, dims: Dims, layers: int, seed: int, device: str = "cpu") -> list[dict]:
+    """Full (unsharded) per-projection tensors, identical on every rank for the same seed
+    (a CUDA generator makes the 27B-class layers fast on the device)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
     make = (lambda n, k: random_layer(n, k, gen)) if method == "paroquant" else (lambda n, k: _random_pq2(n, k, gen))
     shapes = {"q": (dims.q, dims.hidden), "k": (dims.kv, dims.hidden), "v": (dims.kv, dims.hidden),
               "o": (dims.hidden, dims.q), "gate": (dims.inter, dims.hidden), "up": (dims.inter, dims.hidden),
