@@ -185,7 +185,12 @@ def hf_quantized_model(model_dir: Path, dtype: torch.dtype = torch.bfloat16):
 
 
 @torch.no_grad()
-def hf_logprobs(model, token_ids: list[int]) -> torch.Tensor:
-    """[len-1, vocab] fp32 log-probabilities of the next token after each prefix."""
-    logits = model(torch.tensor([token_ids])).logits[0, :-1].float()
-    return torch.log_softmax(logits, dim=-1)
+def hf_logprobs(model, seqs: list[list[int]]) -> list[torch.Tensor]:
+    """Per sequence, [len-1, vocab] fp32 log-probabilities of the next token after each prefix.
+
+    One batched forward (each reference linear dequantizes its weights once per call): sequences
+    are right-padded, which a causal model never attends to from the real positions."""
+    longest = max(len(s) for s in seqs)
+    batch = torch.tensor([s + [s[-1]] * (longest - len(s)) for s in seqs])
+    logits = model(batch).logits.float()
+    return [torch.log_softmax(logits[i, : len(s) - 1], dim=-1) for i, s in enumerate(seqs)]

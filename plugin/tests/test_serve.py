@@ -4,6 +4,11 @@ One server per configuration (started, queried once, stopped, so only one runs a
 2-core machine); every check on that configuration reads the same batch of results.
 Reference: transformers' Qwen2 forward with each quantized linear computed by
 radiance.kernels.reference from the checkpoint's own tensors (plugin/tests/conftest.py).
+
+Both sides run in float32. In bf16 the two stacks' attention / norm / rounding differ by
+themselves: measured up to 0.06 in a generated token's logprob through 24 layers with the
+quantized linears bit-identical (in-process tests show they are), which is not the plugin.
+The bf16 activation path through the same vLLM layers is covered in process (test_load.py).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+import torch
 from prometheus_client.parser import text_string_to_metric_families
 
 # server starts include building the quantized fixture on a cold cache: longer than the default
@@ -25,7 +31,7 @@ PROMPTS = [
     "for i in range(10):\n    print(i)\nfor j in range(10):\n    print(",
 ]
 MAX_TOKENS = 16
-COMMON = ("--enforce-eager", "--max-model-len", "512", "--max-num-seqs", "4")
+COMMON = ("--enforce-eager", "--dtype", "float32", "--max-model-len", "512", "--max-num-seqs", "4")
 TIE = 1e-3  # reference margin below which a different top-1 token is a near-tie, not an error
 LOGPROB_TOL = 0.05
 # every quantized shape of the Qwen at TP=1: qkv, o_proj, gate_up, down_proj (N:K)
@@ -67,19 +73,24 @@ class Reference:
     """transformers forward of the same quantized weights, cached per token sequence."""
 
     def __init__(self, tiny, model_dir):
-        self.tiny, self.model = tiny, tiny.hf_quantized_model(model_dir)
+        self.tiny, self.model = tiny, tiny.hf_quantized_model(model_dir, torch.float32)
         self.cache: dict[tuple[int, ...], object] = {}
 
+    def prime(self, seqs: list[list[int]]) -> None:
+        todo = [s for s in seqs if tuple(s) not in self.cache]
+        if todo:
+            for s, lp in zip(todo, self.tiny.hf_logprobs(self.model, todo)):
+                self.cache[tuple(s)] = lp
+
     def logprobs(self, ids: list[int]):
-        key = tuple(ids)
-        if key not in self.cache:
-            self.cache[key] = self.tiny.hf_logprobs(self.model, ids)
-        return self.cache[key]
+        self.prime([ids])
+        return self.cache[tuple(ids)]
 
 
 def assert_matches_reference(s: Served, ref: Reference) -> float:
     """Top-1 identical except near-ties; every served logprob within LOGPROB_TOL. -> max |diff|."""
     worst = 0.0
+    ref.prime([pids + gids for pids, gids in zip(s.prompt_ids, s.gen_ids)])
     for p, (pids, gids) in enumerate(zip(s.prompt_ids, s.gen_ids)):
         lp = ref.logprobs(pids + gids)
         for j, served in enumerate(s.prompt_logprobs[p]):
