@@ -89,14 +89,21 @@ def _all_reduce(y: torch.Tensor, world: int) -> torch.Tensor:
     return y
 
 
+def _rms_norm(h: torch.Tensor) -> torch.Tensor:
+    hf = h.float()
+    return (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(h.dtype)
+
+
 def block_forward(layers: list[dict], x: torch.Tensor, dims: Dims, world: int) -> torch.Tensor:
+    # The norm-fed linears (QKV, gate_up) see RMS-normalized rows as in a real decoder; without
+    # it the residual grows past fp16's range in two layers (the 2026-11-29 device run: NaN).
     q_local, inter_local = dims.q // world, dims.inter // world
     h = x
     for lyr in layers:
-        qkv = ops.linear_forward(lyr["qkv"], h)
+        qkv = ops.linear_forward(lyr["qkv"], _rms_norm(h))
         attn = torch.tanh(qkv[:, :q_local])  # stand-in for attention over this rank's heads
         h = h + _all_reduce(ops.linear_forward(lyr["o"], attn.to(h.dtype)), world)
-        gu = ops.linear_forward(lyr["gate_up"], h)
+        gu = ops.linear_forward(lyr["gate_up"], _rms_norm(h))
         act = F.silu(gu[:, :inter_local]) * gu[:, inter_local:]
         h = h + _all_reduce(ops.linear_forward(lyr["down"], act.to(h.dtype)), world)
     return h
