@@ -99,10 +99,12 @@ def use_int8(cap: tuple[int, int]) -> bool:
 def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8: bool = False) -> Tile:
     """Split-K tile for the decode band: ~4 programs per SM. W4A16 with M <= GEMV_MAX_M runs on
     CUDA cores (gemv); above, and for W4A8, the tensor-core kind."""
+    # measured on the H200 (bench/RESULTS-paro.md): gemv BN 64 beat 128 (63 vs 71 µs, gate_up
+    # M=1); deq BN 64 beat 128 at M=4..16 (87-90 vs 114-116 µs)
     if not i8 and m <= GEMV_MAX_M:
-        bm, bn, kind, stages = 1, 128, "gemv", 3
+        bm, bn, kind, stages = 1, 64, "gemv", 3
     else:
-        bm, bn, kind, stages = min(64, max(16, triton.next_power_of_2(m))), 128, "deq", 4
+        bm, bn, kind, stages = min(64, max(16, triton.next_power_of_2(m))), 64, "deq", 4
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     split = max(1, min(groups // 2, triton.cdiv(4 * sms, tiles), 16))
     t = Tile(bm, bn, 4, stages, split, kind)
@@ -110,7 +112,9 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
 
 
 def prefill_tile(cap: tuple[int, int], i8: bool) -> Tile:
-    t = Tile(128, 128, 8, 3, 1, "deq")
+    # measured at M=2048 on gate_up: W4A16 deq 128x256 2272 µs (128x128: 2567); W4A8 fold
+    # 128x64 2340 µs (deq 128x128: 3039)
+    t = Tile(128, 64, 4, 4, 1, "fold") if i8 else Tile(128, 256, 8, 3, 1, "deq")
     return fit_tile(t, smem_limit(cap), 1 if i8 else 2)
 
 
@@ -228,8 +232,9 @@ def tile_for(layer: ParoLayer, m: int) -> Tile:
 
 
 def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor | None, rs: torch.Tensor | None,
-                 out_dtype: torch.dtype, t: Tile) -> torch.Tensor:
-    """y [M, N] from prologue outputs (a [P, M, K] in the format `t.kind` reads, s/rs [P, M, G])."""
+                 out_dtype: torch.dtype, t: Tile, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y [M, N] (+ bias) from prologue outputs (a [P, M, K] in the format `t.kind` reads,
+    s/rs [P, M, G])."""
     check_partitions(layer, a)
     m = a.shape[1]
     y = torch.empty(m, layer.n, dtype=out_dtype, device=a.device)
@@ -238,32 +243,35 @@ def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor | None, rs: 
         raise RuntimeError(f"paroquant: no scratch reserved on {a.device}; prepare the layer on the device it runs on")
     paro_gemm.gemm(t.kind, a, s, rs, layer.wb, layer.sc, layer.d, y, bm=t.bm, bn=t.bn, split=t.split,
                    pb1=layer.bounds[0], pb2=layer.bounds[1], part=scr.part, cnt=scr.cnt,
-                   num_warps=t.warps, num_stages=t.stages)
+                   num_warps=t.warps, num_stages=t.stages, bias=bias)
     return y
 
 
-def _scratch_forward(layer: ParoLayer, x: torch.Tensor) -> torch.Tensor:
+def _scratch_forward(layer: ParoLayer, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     a, _, _ = paro_rotate.rotate(x, layer.tables, paro_rotate.PLAIN)
     scr = _SCRATCH[x.device]
     w = paro_gemm.dequant(layer.wb, layer.sc, layer.d, scr.deq[: layer.n * layer.k].view(layer.n, layer.k))
     edges = [0] + [b for b in layer.bounds if b < layer.n] + [layer.n]
-    ys = [a[p] @ w[edges[p]:edges[p + 1]].t() for p in range(layer.parts)]
+    ys = [a[p] @ w[edges[p]:edges[p + 1]].t() if bias is None else
+          torch.addmm(bias[edges[p]:edges[p + 1]].to(a.dtype), a[p], w[edges[p]:edges[p + 1]].t())
+          for p in range(layer.parts)]  # cuBLAS adds the bias before its one rounding
     return (ys[0] if len(ys) == 1 else torch.cat(ys, dim=1)).to(x.dtype)
 
 
-def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None) -> torch.Tensor:
-    """y [M, N] = the layer applied to x [M, K] (bf16 / fp16 / fp32), plus bias."""
+def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
+            bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y [M, N] = the layer applied to x [M, K] (bf16 / fp16 / fp32), plus `bias` (else the
+    layer's own), added in fp32 before the output's one rounding."""
+    bias = layer.bias if bias is None else bias
     if x.dim() != 2 or x.shape[1] != layer.k:
         raise ValueError(f"paroquant: expected input [M, {layer.k}], got {list(x.shape)}")
     m = x.shape[0]
     if m > layer.decode_max_m and layer.scratch_prefill:
-        y = _scratch_forward(layer, x)
+        y = _scratch_forward(layer, x, bias)
     else:
         t = tile or tile_for(layer, m)  # `tile` overrides the table (benchmark sweeps, tests)
         if layer.i8 and t.kind == "gemv":
             raise ValueError("paroquant: the gemv kind is W4A16 only")
         a, s, rs = paro_rotate.rotate(x, layer.tables, prologue_mode(t.kind, layer.i8))
-        y = gemm_rotated(layer, a, s, rs, x.dtype, t)
-    if layer.bias is not None:
-        y += layer.bias.to(y.dtype)
+        y = gemm_rotated(layer, a, s, rs, x.dtype, t, bias)
     return y

@@ -65,7 +65,7 @@ def _main() -> None:
         for name, parts in cases:
             qw, qz, sc, rots, bounds = rnd.merged(parts)
             layer = ops.prepare(qw, qz, sc, rots, bounds)
-            for m in (1, 3, 70):
+            for m in (1, 3) if layer.k > 1024 else (1, 3, 70):  # prefill tiles on the small-K cases
                 x = torch.randn(m, layer.k, generator=gen).to(torch.float16)
                 ref = rnd.reference_merged(x, parts, act)
                 base = ops.tile_for(layer, m)
@@ -75,12 +75,25 @@ def _main() -> None:
                 for t in tiles:
                     check(f"{'W4A8' if i8 else 'W4A16'} {name} M={m} {t}",
                           rnd.rel(ops.forward(layer, x, tile=t), ref), 2e-3)
+    for i8 in (False, True):  # bias rides the epilogue, split-K or not, before the one rounding
+        os.environ["RADIANCE_PQ_I8"] = "1" if i8 else "0"
+        for name, parts in (cases[0], cases[2]):
+            layer = ops.prepare(*rnd.merged(parts))
+            bias = torch.randn(layer.n, generator=gen).to(torch.float16)
+            for m in (1, 3) if layer.k > 1024 else (1, 3, 70):
+                x = torch.randn(m, layer.k, generator=gen).to(torch.float16)
+                ref = rnd.reference_merged(x, parts, "int8_group" if i8 else None) + bias.float()
+                check(f"bias {'W4A8' if i8 else 'W4A16'} {name} M={m} {ops.tile_for(layer, m)}",
+                      rnd.rel(ops.forward(layer, x, bias=bias), ref), 2e-3)
     os.environ["RADIANCE_PQ_I8"] = "0"
     os.environ["RADIANCE_PQ_SCRATCH_GEMM"] = "1"
     qw, qz, sc, rots, bounds = rnd.merged(cases[1][1])
     layer = ops.prepare(qw, qz, sc, rots, bounds, cap=(7, 5))
     x = torch.randn(70, layer.k, generator=gen).to(torch.float16)
     check("scratch+mm P2 M=70", rnd.rel(ops.forward(layer, x), rnd.reference_merged(x, cases[1][1], None)), 2e-3)
+    bias = torch.randn(layer.n, generator=gen).to(torch.float16)
+    check("scratch+mm P2 M=70 bias", rnd.rel(ops.forward(layer, x, bias=bias),
+                                            rnd.reference_merged(x, cases[1][1], None) + bias.float()), 2e-3)
     if failures:
         print("FAILED:", failures)
         sys.exit(1)

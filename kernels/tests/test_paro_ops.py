@@ -24,9 +24,10 @@ def test_turing_tiles_are_halved_to_fit_64kb():
     assert ops.smem_bytes(h200, 2) > 64 * 1024  # the H200 tile would not fit a Turing SM
     assert ops.smem_bytes(turing, 2) <= 64 * 1024
     assert (turing.bm, turing.bn) != (h200.bm, h200.bn) or turing.stages < h200.stages
-    assert h200 == ops.Tile(128, 128, 8, 3)  # the H200 choice is unchanged by the fitting
+    assert h200 == ops.Tile(128, 256, 8, 3, 1, "deq")  # the H200 choice is unchanged by the fitting
     for m in (1, 16, 64):
         t = ops.decode_tile(m, 5120, 136, 30, (7, 5))
+        assert t.kind in ("gemv", "deq")
         assert ops.smem_bytes(t, 2) <= 64 * 1024
 
 
@@ -62,9 +63,11 @@ def test_w4a8_below_ampere_is_refused_not_downgraded(monkeypatch):
 
 
 def test_decode_split_fills_the_gpu_and_respects_groups():
-    assert ops.decode_tile(1, 34816, 40, 132, (9, 0)).split == 1  # 272 column blocks: enough already
+    assert ops.decode_tile(1, 34816, 40, 132, (9, 0)).split == 1  # 544 column blocks: enough already
     down = ops.decode_tile(1, 5120, 136, 132, (9, 0))
-    assert down.split > 1 and down.bm == 16
+    assert down.split > 1 and (down.bm, down.kind) == (1, "gemv")
+    assert ops.decode_tile(1, 5120, 136, 132, (9, 0), i8=True).kind == "deq"  # gemv is W4A16 only
+    assert ops.decode_tile(5, 5120, 136, 132, (9, 0)).bm == 16
     assert ops.decode_tile(1, 128, 2, 132, (9, 0)).split == 1  # never more splits than groups / 2
     assert ops.decode_tile(40, 5120, 40, 132, (9, 0)).bm == 64
 

@@ -43,12 +43,18 @@ def repack(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: lis
 
 
 @triton.jit
-def _finish(acc, Y, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, pid_k, tile):
-    # acc [BM, BN] fp32 -> y. Split-K: partial to scratch, then an atomic ticket; the last program
-    # of the tile sums the partials in split order (deterministic) and resets the ticket.
+def _finish(acc, Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, pid_k, tile,
+            HAS_BIAS: tl.constexpr):
+    # acc [BM, BN] fp32 (+ bias) -> y, rounded once. Split-K: partial to scratch, then an atomic
+    # ticket; the last program of the tile sums the partials in split order (deterministic) and
+    # resets the ticket.
     y_ptr = Y + offs_m[:, None] * N + offs_n[None, :]
     ymask = mmask[:, None] & nmask[None, :]
+    if HAS_BIAS:
+        bias = tl.load(BIAS + offs_n, mask=nmask, other=0.0).to(tl.float32)
     if SPLIT == 1:
+        if HAS_BIAS:
+            acc += bias[None, :]
         tl.store(y_ptr, acc.to(Y.dtype.element_ty), mask=ymask)
     else:
         mn = M * N
@@ -59,13 +65,16 @@ def _finish(acc, Y, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, pid_k,
             tot = tl.zeros(acc.shape, dtype=tl.float32)
             for z in range(SPLIT):
                 tot += tl.load(part + z * mn, mask=ymask, other=0.0, cache_modifier=".cg")
+            if HAS_BIAS:
+                tot += bias[None, :]
             tl.store(y_ptr, tot.to(Y.dtype.element_ty), mask=ymask)
             tl.atomic_xchg(CNT + tile, 0)
 
 
 @triton.jit
-def _paro_fold_kernel(A, S, RS, W, SC, D, Y, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
-                      BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr, NS: tl.constexpr):
+def _paro_fold_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
+                      BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr, NS: tl.constexpr,
+                      HAS_BIAS: tl.constexpr):
     # kind "fold": transposed dot (weights = the MMA's M side, x rows its N side) on (c - 8), the
     # zero point folded once per group: acc += S * (sc * dot - sc*d * RS)
     pid_m = tl.program_id(0)
@@ -103,13 +112,14 @@ def _paro_fold_kernel(A, S, RS, W, SC, D, Y, PART, CNT, M, N, K, G, pb1, pb2, gp
         s = tl.load(S + s_base + g, mask=mmask, other=0.0)
         sr = s * tl.load(RS + s_base + g, mask=mmask, other=0.0)
         acc += (dg * sc[:, None]) * s[None, :] - zs[:, None] * sr[None, :]
-    _finish(tl.trans(acc), Y, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, pid_k,
-            pid_n * tl.num_programs(0) + pid_m)
+    _finish(tl.trans(acc), Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, pid_k,
+            pid_n * tl.num_programs(0) + pid_m, HAS_BIAS)
 
 
 @triton.jit
-def _paro_deq_kernel(A, S, RS, W, SC, D, Y, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
-                     BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr, NS: tl.constexpr):
+def _paro_deq_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
+                     BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr, NS: tl.constexpr,
+                      HAS_BIAS: tl.constexpr):
     # kind "deq": x rows the MMA's M side, weights its N side (B operand staged in shared memory).
     # W4A16: plain fp16 activations, weights (c - zp) * sc in fp16 (one rounding of an exact
     # product), accumulated by the dot itself. W4A8: int8 dot on (c - 8), zero point folded per group.
@@ -150,13 +160,14 @@ def _paro_deq_kernel(A, S, RS, W, SC, D, Y, PART, CNT, M, N, K, G, pb1, pb2, gps
             hi = ((w >> 4).to(tl.float16) - zp[None, :]) * sc[None, :]
             acc = tl.dot(a_lo, lo, acc)
             acc = tl.dot(a_hi, hi, acc)
-    _finish(acc, Y, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, pid_k,
-            pid_n * tl.num_programs(0) + pid_m)
+    _finish(acc, Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, pid_k,
+            pid_n * tl.num_programs(0) + pid_m, HAS_BIAS)
 
 
 @triton.jit
-def _paro_gemv_kernel(A, S, RS, W, SC, D, Y, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
-                      BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr, NS: tl.constexpr):
+def _paro_gemv_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
+                      BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr, NS: tl.constexpr,
+                      HAS_BIAS: tl.constexpr):
     # kind "gemv" (W4A16, one row of x per program, BM = 1): CUDA cores on fp32 rotated
     # activations (RS = their group sums, from the prologue). The weight is read as int32 words:
     # nibble j of word t holds k = (j % 2) * 64 + 4t + j // 2, so a nibble plane is a shift and an
@@ -189,16 +200,18 @@ def _paro_gemv_kernel(A, S, RS, W, SC, D, Y, PART, CNT, M, N, K, G, pb1, pb2, gp
         accz += (sc * zp) * tl.load(rs_row + g)
     y = tl.sum(acc, axis=1) - accz
     offs_m = pid_m + tl.arange(0, 1)
-    _finish(y[None, :], Y, PART, CNT, offs_m, offs_n, offs_m < M, nmask, M, N, SPLIT, pid_k,
-            pid_n * tl.num_programs(0) + pid_m)
+    _finish(y[None, :], Y, BIAS, PART, CNT, offs_m, offs_n, offs_m < M, nmask, M, N, SPLIT, pid_k,
+            pid_n * tl.num_programs(0) + pid_m, HAS_BIAS)
 
 
 KERNELS = {"fold": _paro_fold_kernel, "deq": _paro_deq_kernel, "gemv": _paro_gemv_kernel}
 
 
 def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1: int, pb2: int,
-         part: torch.Tensor | None, cnt: torch.Tensor | None, num_warps: int, num_stages: int):
-    """y [M, N] from prologue outputs a [P, M, K] (+ s/rs [P, M, G] for the folded kinds)."""
+         part: torch.Tensor | None, cnt: torch.Tensor | None, num_warps: int, num_stages: int,
+         bias: torch.Tensor | None = None):
+    """y [M, N] (+ bias, added before the one rounding) from prologue outputs a [P, M, K]
+    (+ s/rs [P, M, G] for the folded kinds)."""
     _, m, k = a.shape
     g, n, _ = wb.shape
     gps = triton.cdiv(g, split)
@@ -216,8 +229,9 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
         if bm != 1:
             raise ValueError("paroquant gemv takes one row per program (bm=1)")
         wb = wb.view(torch.int32)  # the same bytes as words [G, N, 16]
-    KERNELS[kind][grid](a, s, rs, wb, sc, d, y, part, cnt, m, n, k, g, pb1, pb2, gps, split,
-                        BM=bm, BN=bn, A_INT8=a.dtype == torch.int8, NS=num_stages,
+    KERNELS[kind][grid](a, s, rs, wb, sc, d, y, part if bias is None else bias, part, cnt,
+                        m, n, k, g, pb1, pb2, gps, split,
+                        BM=bm, BN=bn, A_INT8=a.dtype == torch.int8, NS=num_stages, HAS_BIAS=bias is not None,
                         num_warps=num_warps, num_stages=num_stages)
     return y
 
