@@ -259,6 +259,22 @@ def _dense_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None)
     return torch.nn.functional.linear(x, prep.data["w"], bias)
 
 
+# ----------------------------------------------------------------------------- NVIDIA paroquant (Triton)
+def _paroquant_cuda_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
+    # paro_ops owns the layout, tiles, Turing choices and scratch; runs map 1:1 to distinct rotations
+    from radiance.kernels import paro_ops
+
+    rots = [(r.pairs, r.theta, r.channel_scales) for r in prep.rotations]
+    prep.data["paro"] = paro_ops.prepare([t.qweight], [t.qzeros], [t.scales], rots,  # type: ignore[assignment]
+                                         [run.n0 for run in prep.runs[1:]])
+
+
+def _paroquant_cuda(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    from radiance.kernels import paro_ops
+
+    return paro_ops.forward(prep.data["paro"], x, bias=bias)  # type: ignore[arg-type]
+
+
 # ----------------------------------------------------------------------------- NVIDIA pq2 (Triton)
 def _pq2_cuda_prepare(prep: PreparedLinear, t: Pq2Tensors) -> None:
     # pq2_ops owns the layout, launch plans, and the finer choice (M=1 / 2..16 / larger; pq2_table)
@@ -296,6 +312,7 @@ def _paroquant_rocm(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | 
 # ----------------------------------------------------------------------------- the tables
 PREPARE: dict[tuple[str, str], Callable] = {
     ("pq2", "cuda"): _pq2_cuda_prepare,
+    ("paroquant", "cuda"): _paroquant_cuda_prepare,
     ("paroquant", "cpu"): _paroquant_cpu_prepare,
     ("pq2", "cpu"): _pq2_cpu_prepare,
     ("dense", "cpu"): _dense_cpu_prepare,
@@ -307,6 +324,8 @@ _CPU_ROWS: dict[str, KernelFn] = {"paroquant": _paroquant_cpu, "pq2": _pq2_cpu, 
 DISPATCH: dict[tuple[str, str, str, str], KernelFn] = {
     (method, "cpu", b, ks): fn for method, fn in _CPU_ROWS.items() for b in BANDS for ks in KERNEL_SETS
 }
+# paroquant on NVIDIA: paro_ops splits decode (split-K) / prefill (tiled, or scratch+cuBLAS on sm_75)
+DISPATCH.update({("paroquant", "cuda", b, "tuned"): _paroquant_cuda for b in BANDS})
 # pq2 on NVIDIA: pq2_ops picks DP4A (M=1) / masked-plane tensor-core kernel by pq2_table and the set
 DISPATCH.update({("pq2", "cuda", b, ks): _pq2_cuda for b in BANDS for ks in KERNEL_SETS})
 # paroquant on AMD gfx1201: the HIP kernels (kernels/hip), both bands inside one op
