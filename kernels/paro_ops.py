@@ -266,6 +266,8 @@ def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
     if x.dim() != 2 or x.shape[1] != layer.k:
         raise ValueError(f"paroquant: expected input [M, {layer.k}], got {list(x.shape)}")
     m = x.shape[0]
+    if m == 0:  # an empty batch launches nothing (a zero-sized grid is an error for Triton)
+        return x.new_empty(0, layer.n)
     if m > layer.decode_max_m and layer.scratch_prefill:
         y = _scratch_forward(layer, x, bias)
     else:

@@ -113,3 +113,11 @@ def test_rotation_tables_reproduce_reference_rotate(gen):
         y = y * tab.cos[0, layer].double() + y[:, idx] * tab.ssin[0, layer].double()
     ref = reference.rotate(x, t.pairs, t.theta, t.channel_scales)
     assert rnd.rel(y, ref) < 1e-6  # the tables' cos/sin are fp32, the reference here float64
+
+
+def test_empty_batch_and_wrong_width(gen):
+    layer = ops.prepare(*rnd.merged([rnd.random_layer(128, 256, gen)]), cap=(9, 0))
+    y = ops.forward(layer, torch.zeros(0, 256, dtype=torch.bfloat16))
+    assert y.shape == (0, 128) and y.dtype == torch.bfloat16
+    with pytest.raises(ValueError, match=r"expected input \[M, 256\]"):
+        ops.forward(layer, torch.zeros(2, 384, dtype=torch.bfloat16))
