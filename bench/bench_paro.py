@@ -149,6 +149,7 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--sweep-shapes", default=",".join(SWEEP_SHAPES), help="shapes whose tiles are swept")
     args = ap.parse_args()
     torch.manual_seed(0)
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -231,7 +232,7 @@ def main():
                     print(f"# {label} {name} M={m}: {type(e).__name__}: {str(e)[:300]}", flush=True)
                     continue
                 best, best_t = us, ops.tile_for(layers[0], m)
-                if not args.no_sweep and m in SWEEP_MS and name in SWEEP_SHAPES:
+                if not args.no_sweep and m in SWEEP_MS and name in args.sweep_shapes.split(","):
                     for t in variants(m, label == "w4a8"):
                         t = with_split(layers[0], m, t)
                         try:
