@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from radiance.kernels import reference
-from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors
+from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors, unpack_awq
 from radiance.kernels.formats.pq2 import Pq2Tensors, unpack_ternary
 from radiance.knobs import knob, knob_int
 
@@ -204,22 +204,32 @@ def _prepare_for(prep: PreparedLinear) -> Callable:
 
 # ----------------------------------------------------------------------------- CPU: the exact reference
 def _paroquant_cpu_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
-    # fp32 holds (q - z) * s exactly, so caching the dequantized weight changes no bit
-    prep.data["w"] = reference.dequant_paroquant(t.qweight, t.qzeros, t.scales, GROUP_SIZE, torch.float32)
+    # (q - z) as int8 [N, K] (1 byte a weight; an fp32 cache would be 4 and OOMs shared hosts);
+    # each call rebuilds fp32 (q - z) * s per run: the same operands and rounding as the reference
+    q = unpack_awq(t.qweight).to(torch.int16)
+    z = unpack_awq(t.qzeros).to(torch.int16).repeat_interleave(GROUP_SIZE, dim=0)
+    prep.data["qz"] = (q - z).to(torch.int8).t().contiguous()
+    prep.data["s"] = t.scales.to(torch.float32).t().contiguous()  # [N, G]
+
+
+def _paroquant_weight_cpu(prep: PreparedLinear, n0: int, n1: int) -> torch.Tensor:
+    """reference.dequant_paroquant's W[n0:n1] (fp32 [n, K]), bit for bit."""
+    qz, s = prep.data["qz"][n0:n1], prep.data["s"][n0:n1]
+    n, k = qz.shape
+    return (qz.to(torch.float32).view(n, k // GROUP_SIZE, GROUP_SIZE) * s.unsqueeze(-1)).view(n, k)
 
 
 def _paroquant_gemm_cpu(
     prep: PreparedLinear, xs: tuple[torch.Tensor, ...], bias: torch.Tensor | None, out_dtype: torch.dtype
 ) -> torch.Tensor:
     check_partitions(prep, xs)
-    w = prep.data["w"]
     b = None if bias is None else bias.to(torch.float32)
     if len(prep.runs) == 1:  # exactly reference.paroquant_linear's ops
-        y = xs[0] @ w.t()
+        y = xs[0] @ _paroquant_weight_cpu(prep, 0, prep.out_features).t()
         return (y if b is None else y + b).to(out_dtype)
     parts = []
     for run in prep.runs:  # each run is reference.paroquant_linear of that projection
-        y = xs[run.rotation] @ w[run.n0:run.n1].t()
+        y = xs[run.rotation] @ _paroquant_weight_cpu(prep, run.n0, run.n1).t()
         parts.append(y if b is None else y + b[run.n0:run.n1])
     return torch.cat(parts, dim=1).to(out_dtype)
 
@@ -230,13 +240,13 @@ def _paroquant_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | N
 
 def _pq2_cpu_prepare(prep: PreparedLinear, t: Pq2Tensors) -> None:
     n, groups = (int(s) for s in t.scales.shape)
-    prep.data["codes"] = unpack_ternary(t.qweight).to(torch.float32).view(n, groups, GROUP_SIZE)
+    prep.data["codes"] = unpack_ternary(t.qweight).view(n, groups, GROUP_SIZE)  # uint8 0..2; fp32 per call
     prep.data["d"] = t.scales.to(torch.float32)
 
 
 def _pq2_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None, chunk_rows: int = 256) -> torch.Tensor:
     # reference.pq2_linear(act_quant=True) with the unpacked codes cached (same ops, same order)
-    codes, d = prep.data["codes"], prep.data["d"]
+    codes, d = prep.data["codes"].to(torch.float32), prep.data["d"]
     n, groups = d.shape
     x2 = x.to(torch.float32)
     outs = []
