@@ -3,7 +3,7 @@
 For each 27B-class shape and M: the median time of each radiance path (and its tile candidates),
 cuBLAS bf16 (x @ W.t()), gemlite A16W2 / A8W2 (if importable), the 2.125-bit roofline from the
 copy bandwidth measured in this run. Timed under CUDA graphs (launch overhead out), weights
-rotated among copies larger than L2. Rows are appended to $OUT/results-pq2.jsonl as they come.
+rotated among copies larger than L2. Rows are appended to $OUT/results.jsonl as they come.
 
     python bench/bench_pq2.py --out DIR [--quick] [--shapes gate_up,down] [--ms 1,16]
 """
@@ -113,7 +113,7 @@ def main():
     dev = torch.cuda.get_device_properties(0)
     gpu = f"{dev.name} sm_{dev.major}{dev.minor} {dev.multi_processor_count} SMs"
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    jl = open(os.path.join(args.out, "results-pq2.jsonl"), "a")
+    jl = open(os.path.join(args.out, "results.jsonl"), "a")
     warm = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     t0 = time.time()
     while time.time() - t0 < 3:  # clocks up before anything is timed
@@ -266,7 +266,7 @@ def _launcher_only(self, grid, *args):
 
 # ----------------------------------------------------------------------------- report (CPU, from the jsonl)
 def report(path: str) -> str:
-    """Markdown table from results-pq2.jsonl: per shape and M, the best measured tile of each path."""
+    """Markdown table from results.jsonl: per shape and M, the best measured tile of each path."""
     rows = [json.loads(line) for line in open(path)]
     latest = max(r.get("run", 0) for r in rows)
     cur = [r for r in rows if r.get("run", 0) == latest]
@@ -303,7 +303,7 @@ def report(path: str) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--report":  # python bench/bench_pq2.py --report bench/results-pq2.jsonl
+    if len(sys.argv) == 3 and sys.argv[1] == "--report":  # python bench/bench_pq2.py --report bench/results.jsonl
         print(report(sys.argv[2]))
     else:
         sys.exit(main())

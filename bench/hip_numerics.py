@@ -1,5 +1,5 @@
 """Numerics of the gfx1201 paroquant kernels built as CUDA (emulated WMMA) on an NVIDIA GPU, as a
-markdown table for bench/RESULTS-hip.md.
+markdown table for bench/RESULTS.md (gfx1201 section).
 
     python3 bench/hip_numerics.py LIB.so [LIB_WPERM0.so]
 

@@ -99,7 +99,7 @@ def use_int8(cap: tuple[int, int]) -> bool:
 def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8: bool = False) -> Tile:
     """Split-K tile for the decode band: ~4 programs per SM. W4A16 with M <= GEMV_MAX_M runs on
     CUDA cores (gemv); above, and for W4A8, the tensor-core kind."""
-    # measured on the H200 (bench/RESULTS-paro.md): gemv BN 64 beat 128 (63 vs 71 µs, gate_up
+    # measured on the H200 (bench/RESULTS.md (paroquant)): gemv BN 64 beat 128 (63 vs 71 µs, gate_up
     # M=1); deq BN 64 beat 128 at M=4..16 (87-90 vs 114-116 µs)
     if not i8 and m <= GEMV_MAX_M:
         bm, bn, kind, stages = 1, 64, "gemv", 3

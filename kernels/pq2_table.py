@@ -107,7 +107,7 @@ def tile_class(m: int) -> str:
     return "m1" if m == 1 else "small" if m <= SMALL_MAX_M else "mid" if m <= 64 else "large"
 
 
-# measured winners per (device family, path, n, k, tile class): bench/RESULTS-pq2.md (H200, 2026-11-29,
+# measured winners per (device family, path, n, k, tile class): bench/RESULTS.md (pq2) (H200, 2026-11-29,
 # run 3: the fastest tile summed over the class's M values)
 _W8 = Tile(bn=64, bc=8, warps=8)
 _NARROW = Tile(bn=8, bc=16)
