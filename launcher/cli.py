@@ -31,20 +31,31 @@ app = typer.Typer(add_completion=False, no_args_is_help=True)
 
 @app.command()
 def run(
-    stack: Annotated[str, typer.Argument(help="stack name in the stack file")],
+    stack: Annotated[str, typer.Argument(metavar="STACK", help="stack name in the stack file")],
     stacks: Annotated[Optional[Path], typer.Option(
         "--stacks", help="stack file (default: $RADIANCE_STACKS, else $RADIANCE_HOME/stacks.yaml, else the bundled example)")] = None,
     mode: Annotated[Mode, typer.Option(help="eval: eager, 32K, no drafter, CHECKALL; prod: compiled, full context, drafter")] = Mode.eval,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the vLLM command and environment, then exit 0")] = False,
 ) -> None:
     """Build kernels, bind the chat template, key the compile cache and exec vLLM for STACK."""
-    logging.basicConfig(level=logging.INFO, format="radiance-launch: %(message)s", stream=sys.stderr)
+    _log_to_stderr()
     try:
         code = launch(stack, stacks, mode.value, dry_run)
     except USER_ERRORS as e:
         typer.echo(f"radiance-launch: error: {e}", err=True)
         raise typer.Exit(2 if isinstance(e, (StackFileError, PlanError, TemplateError)) else 1) from None
     raise typer.Exit(code)
+
+
+def _log_to_stderr() -> None:
+    # only the launcher's own logger: the root logger belongs to vLLM (imported by the plugin check)
+    log = logging.getLogger("radiance.launch")
+    if not log.handlers:
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("radiance-launch: %(message)s"))
+        log.addHandler(h)
+    log.setLevel(logging.INFO)
+    log.propagate = False
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import logging
 import os
+import shlex
 import sys
 import time
 from collections.abc import Mapping
@@ -75,6 +76,7 @@ def build_step(plan: LaunchPlan) -> BuildResult:
 def exec_vllm(plan: LaunchPlan) -> NoReturn:
     argv = vllm_argv(plan)
     env = {**os.environ, **vllm_env(plan)}
+    log.info("exec (in %s): %s", NEUTRAL_DIR, shlex.join(argv))
     os.chdir(NEUTRAL_DIR)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -110,6 +112,7 @@ def launch(name: str, stacks: Path | None, mode: str, dry_run: bool,
     t = time.monotonic()
     verify_plugin(plan.quant)
     phases["plugin"] = time.monotonic() - t
+    log.info("plugin: radiance registers quant method %s (checked in %.1f s)", plan.quant, phases["plugin"])
 
     plan.compile_dir.mkdir(parents=True, exist_ok=True)
     log.info("compile cache: %s", plan.compile_dir)
