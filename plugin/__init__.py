@@ -26,3 +26,13 @@ def register() -> None:
             "paroquant/pq2 checkpoints cannot be served. Check that vllm and radiance versions match."
         ) from exc
     _registered = True
+
+
+def check_registered(method: str) -> None:
+    """Raise unless `method` is served by this plugin in this process (for the launcher, which
+    must not import vLLM itself: the plugin is the only package that does)."""
+    register()
+    from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS, get_quantization_config
+
+    if method not in QUANTIZATION_METHODS or not get_quantization_config(method).__module__.startswith("radiance."):
+        raise RuntimeError(f"quantization method {method!r} is not registered by the radiance plugin")
