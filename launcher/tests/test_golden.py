@@ -90,3 +90,14 @@ def test_dry_run_matches_golden(launch_home, stack, mode):
 def test_every_golden_file_has_a_case():
     names = {p.name for p in GOLDEN.glob("*.txt")}
     assert names == {f"{s}-{m}.txt" for s, m in CASES}
+
+
+def test_assertions_can_fail():
+    argv, env = ["x", "--port", "1", "--enforce-eager"], {"A": "1"}
+    assert check_assertion("assert-arg --port 1", argv, env) is None
+    assert check_assertion("assert-arg --port 2", argv, env) == "--port is '1', expected '2'"
+    assert check_assertion("assert-no-arg --enforce-eager", argv, env) == "--enforce-eager present"
+    assert check_assertion("assert-arg --dtype", argv, env) == "--dtype missing"
+    assert check_assertion("assert-env A=2", argv, env) == "A='1', expected '2'"
+    assert check_assertion("assert-no-env A", argv, env) == "A is set ('1')"
+    assert check_assertion("assert-typo x", argv, env) == "unknown assertion 'assert-typo'"
