@@ -15,11 +15,12 @@ import datetime
 import json
 import math
 import os
-import statistics
 import sys
 import time
 
 import torch
+
+from timing import copy_bandwidth, graph_time  # bench/timing.py (run from the repo root or bench/)
 
 from radiance.kernels import paro_ops as ops
 from radiance.kernels.triton import paro_random as rnd
@@ -34,46 +35,6 @@ BASELINE_MS = (1, 2, 4, 8, 16, 64, 512, 2048)  # tinygemm / gemlite timed at the
 MS = list(range(1, 17)) + [64, 512, 2048]
 SWEEP_MS = (1, 4, 16, 2048)
 SWEEP_SHAPES = ("gate_up",)
-
-
-def graph_time(fns, iters=20):
-    """Median µs per call of fns (a rotation over copies) replayed in one CUDA graph."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for f in fns:
-            f()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for f in fns:
-            f()
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1000 / len(fns))
-    del g
-    return statistics.median(ts)
-
-
-def copy_bandwidth():
-    """Read + write bytes per second of a 1 GiB device copy, best of three (the first call of a
-    run meets idle clocks: 2.7 TB/s measured that way against 4.3 warm)."""
-    w = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    for _ in range(20):
-        w @ w  # noqa: B018 -- warm the clocks
-    a = torch.randn(1 << 28, device="cuda")  # fp32: the uint8 copy_ ran at 2.7 TB/s where cuBLAS read 4.1
-    b = torch.empty_like(a)
-    us = min(graph_time([lambda: b.copy_(a)] * 4, iters=10) for _ in range(3))
-    del a, b, w
-    return 2 * (1 << 30) / (us * 1e-6)
 
 
 def paro_layers(sizes, k, count, gen, i8):

@@ -15,11 +15,12 @@ import datetime
 import json
 import math
 import os
-import statistics
 import sys
 import time
 
 import torch
+
+from timing import copy_bandwidth, graph_time  # bench/timing.py (run from the repo root or bench/)
 
 from radiance.kernels import pq2_ops
 from radiance.kernels.formats.pq2 import pack_ternary
@@ -31,41 +32,6 @@ SKINNY = (96, 5120)
 MS = [1, 2, 4, 8, 16, 64, 512, 2048]
 ROTATE_BYTES = 200 << 20  # > 3x the H200's 60 MB L2
 
-
-
-def graph_time(fns, iters=15):
-    """Median µs per call of fns (a rotation) replayed in one CUDA graph."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for f in fns:
-            f()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for f in fns:
-            f()
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1000 / len(fns))
-    del g
-    return statistics.median(ts)
-
-
-def copy_bandwidth():
-    a = torch.randn(1 << 28, dtype=torch.float32, device="cuda")  # 1 GiB
-    b = torch.empty_like(a)
-    us = graph_time([lambda: b.copy_(a)] * 8, iters=10)
-    del a, b
-    return 2 * (1 << 30) / (us * 1e-6)  # bytes/s, read + write
 
 
 def copies_for(nbytes):

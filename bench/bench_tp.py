@@ -22,30 +22,12 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 from radiance.kernels import tp_block  # noqa: E402
+from timing import graph_time  # noqa: E402  (bench/timing.py)
 
 
 # bf16 activations: each rank's partial o/down output is rounded to bf16 before the all-reduce,
 # one rounding (2^-8 relative) that TP=1 does not make; 2 layers of it stay well under 1e-2.
 TOL = 1e-2
-
-
-def _time_graph(fn, reps: int = 200) -> float:
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return sorted(times)[len(times) // 2]
 
 
 def _rank(rank: int, world: int, port: int, method: str, ms: list[int], q) -> None:
@@ -62,7 +44,7 @@ def _rank(rank: int, world: int, port: int, method: str, ms: list[int], q) -> No
     for m in ms:
         x = torch.randn(m, dims.hidden, generator=torch.Generator().manual_seed(3)).to(dev, torch.bfloat16)
         y = tp_block.block_forward(layers, x, dims, world)
-        us = _time_graph(lambda: tp_block.block_forward(layers, x, dims, world))
+        us = graph_time([lambda: tp_block.block_forward(layers, x, dims, world)], iters=200)
         out[m] = {"y": y.float().cpu().numpy(), "us": us}  # numpy pickles by value; a tensor would
         # travel as a shared-memory handle that dies with this process
     if rank == 0:
