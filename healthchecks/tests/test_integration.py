@@ -36,7 +36,27 @@ PROMPT = "one two three four five one two three four five one two three four fiv
 
 
 def _tail(p: Path, n: int = 40) -> str:
-    return "\n".join(p.read_text(errors="replace").splitlines()[-n:])
+    lines = p.read_text(errors="replace").splitlines()
+    # vLLM's root cause sits above the engine-startup traceback that ends the log
+    causes = [ln for ln in lines[:-n] if "Error" in ln and not ln.lstrip().startswith("File ")][-8:]
+    return "\n".join((["[earlier errors]", *causes, "[last lines]"] if causes else []) + lines[-n:])
+
+
+# vLLM's shared-memory ring buffers (Python multiprocessing.shared_memory); a server stopped while
+# its workers were still tearing down leaves them behind, ~170-250 MB each of the machine's RAM.
+PSM_GLOB = "/dev/shm/psm_*"
+
+
+def _orphaned(segments: set[str]) -> list[str]:
+    """Those of `segments` (made while this module's server ran) that no live process maps."""
+    mapped = set()
+    for maps in glob.glob("/proc/[0-9]*/maps"):
+        try:
+            text = Path(maps).read_text()
+        except OSError:
+            continue
+        mapped |= {seg for seg in segments if seg in text}
+    return sorted(segments - mapped)
 
 
 class Running:
@@ -62,6 +82,7 @@ def running(qwen_paro_dir, tmp_path_factory):
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("RADIANCE_")} | {"RADIANCE_HOME": str(home)}
     shm_before = set(glob.glob(servers.SHM_GLOB))
+    psm_before = set(glob.glob(PSM_GLOB))
     server_log, exporter_log = tmp / "server.log", tmp / "exporter.log"
     with open(server_log, "w") as f:
         server = subprocess.Popen(demo.launcher_command(stacks, "eval"), stdout=f, stderr=subprocess.STDOUT,
@@ -95,6 +116,8 @@ def running(qwen_paro_dir, tmp_path_factory):
             exporter.wait()
         servers.stop(server)
         for seg in set(glob.glob(servers.SHM_GLOB)) - shm_before:
+            os.unlink(seg)
+        for seg in _orphaned(set(glob.glob(PSM_GLOB)) - psm_before):
             os.unlink(seg)
 
 
