@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from radiance.deploy.unitspec import UnitSpec
+from radiance.deploy.unitspec import SHM_SIZE, UnitSpec
 
 
 def _devices(spec: UnitSpec) -> dict[str, Any]:
     if spec.vendor == "rocm":
         return {"devices": ["/dev/kfd", "/dev/dri"], "group_add": ["video"], "ipc_mode": "host"}
     if spec.vendor == "nvidia":
-        return {"devices": ["nvidia.com/gpu=all"]}  # CDI, as in the unit
-    return {}
+        return {"devices": ["nvidia.com/gpu=all"], "shm_size": SHM_SIZE}  # CDI, as in the unit
+    return {"shm_size": SHM_SIZE}
 
 
 def create_kwargs(spec: UnitSpec) -> dict[str, Any]:

@@ -24,6 +24,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_START_TIMEOUT_S = 1800
 # Grace vLLM gets after SIGTERM before podman/systemd kill it; TimeoutStopSec adds a margin on top.
 DEFAULT_STOP_GRACE_S = 90
+SHM_SIZE = "8g"
 
 
 def unit_name(stack_name: str) -> str:
@@ -129,10 +130,12 @@ def _devices(vend: str, gpus: list[int]) -> tuple[list[str], list[str], dict[str
         return (["--device /dev/kfd", "--device /dev/dri", "--group-add video", "--ipc=host"],
                 ["AddDevice=/dev/kfd", "AddDevice=/dev/dri", "GroupAdd=video", "PodmanArgs=--ipc=host"],
                 {"HIP_VISIBLE_DEVICES": visible})
+    # vLLM's shared-memory queues need more than podman's 64 MiB /dev/shm (ROCm gets --ipc=host).
+    shm = ([f"--shm-size {SHM_SIZE}"], [f"ShmSize={SHM_SIZE}"])
     if vend == "nvidia":
-        return (["--device nvidia.com/gpu=all"], ["AddDevice=nvidia.com/gpu=all"],
+        return (["--device nvidia.com/gpu=all", *shm[0]], ["AddDevice=nvidia.com/gpu=all", *shm[1]],
                 {"CUDA_VISIBLE_DEVICES": visible})
-    return [], [], {}
+    return shm[0], shm[1], {}
 
 
 def unit_spec(sf: StackFile, name: str, *, mode: str = "prod", launcher_bin: str | None = None,

@@ -123,7 +123,19 @@ def _wheelhouse(pins: list[str], say: Callable[[str], None]) -> Path:
         tmp.replace(house)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    for old in images_dir().glob("wheels-cpu-*"):  # ~1.5 GB each; only the current set is needed
+        if old != house:
+            shutil.rmtree(old, ignore_errors=True)
     return house
+
+
+def _prune_old_tags(flavor: str, keep: set[str]) -> None:
+    """Drop superseded `localhost/radiance-<flavor>:<key>` tags (layers still in use stay)."""
+    r = subprocess.run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}",
+                        "--filter", f"reference=localhost/radiance-{flavor}"], capture_output=True, text=True)
+    old = [t for t in r.stdout.split() if t not in keep and not t.endswith(":latest")]
+    if old:
+        subprocess.run(["podman", "rmi", *old], capture_output=True)  # no --force: never touch containers
 
 
 def _podman_build(ctx: Path, cf: Path, base: str, tags: list[str], say: Callable[[str], None],
@@ -196,4 +208,5 @@ def build(flavor: str, *, base: str | None = None, tag: str | None = None,
         else:
             (ctx / "wheels" / "deps").mkdir(parents=True)
         _podman_build(ctx, cf, base, [ref] + ([tag] if tag else []), say, offline=flavor == "cpu")
+    _prune_old_tags(flavor, {ref, tag or ref})
     return BuiltImage(ref, key, built=True)

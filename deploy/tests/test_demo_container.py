@@ -9,6 +9,7 @@ shared with the plugin tests, cached under $RADIANCE_HOME/models). The test itse
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -57,6 +58,7 @@ def test_create_kwargs_match_the_rendered_unit(tmp_path):
         assert f"--label {k}={v}" in unit
     assert "--publish 127.0.0.1:18765:18765" in unit and kw["ports"] == {"18765/tcp": ("127.0.0.1", 18765)}
     assert " ".join(kw["command"]) in unit and f"--name {kw['name']}" in unit
+    assert f"--shm-size {kw['shm_size']}" in unit
 
 
 @pytest.mark.integration
@@ -70,10 +72,17 @@ def test_demo_container_lifecycle(podman_client, cpu_image, qwen_paro_dir, tmp_p
         container = podman_client.containers.create(**create_kwargs(spec))
         assert container.labels["radiance.stack"] == "demo"
         container.start()
-        result = probe.wait_ready(unitspec.probe_url(sf.get("demo")), None, startup_s=300, interval_s=3)
-        if not result.ok:
-            logs = b"".join(container.logs(stdout=True, stderr=True, tail=40)).decode(errors="replace")
-            pytest.fail(f"demo container not ready: {result.reason}\n{logs}")
+        logs: list[str] = []  # followed from the start: with --rm a dead container takes its logs along
+        threading.Thread(target=lambda: [logs.append(x.decode(errors="replace") if isinstance(x, bytes) else str(x))
+                                         for x in container.logs(stream=True, follow=True)], daemon=True).start()
+        url, deadline = unitspec.probe_url(sf.get("demo")), time.monotonic() + 300
+        while not (result := probe.ready(url, None, timeout=10)).ok:
+            if not podman_client.containers.exists(name):
+                pytest.fail(f"demo container exited before it was ready:\n{''.join(logs)[-3000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"demo container not ready within 300 s: {result.reason}\n{''.join(logs)[-3000:]}")
+            time.sleep(3)
+        assert "demo" in result.reason  # the served name from the stack file answered the completion
         container.stop(timeout=spec.stop_grace_s)
         deadline = time.monotonic() + 60
         while podman_client.containers.exists(name):  # --rm: stopping removes it
