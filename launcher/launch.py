@@ -100,10 +100,13 @@ def launch(name: str, stacks: Path | None, mode: str, dry_run: bool,
                           f"unit, which runs radiance-launch inside the container; `--dry-run` shows the command")
 
     t = time.monotonic()
-    dev = devmod.detect()
-    devmod.check(plan.arch, plan.devices, dev, name)
+    if plan.arch == "cpu":  # runs on any machine: skip detection (it imports torch: seconds)
+        log.info("device: not probed (a cpu stack runs anywhere); stack %s mode %s", name, mode)
+    else:
+        dev = devmod.detect()
+        devmod.check(plan.arch, plan.devices, dev, name)
+        log.info("device: %s; stack %s (%s) mode %s", dev.describe(), name, plan.arch, mode)
     phases["device"] = time.monotonic() - t
-    log.info("device: %s; stack %s (%s) mode %s", dev.describe(), name, plan.arch, mode)
 
     t = time.monotonic()
     built = build_step(plan)
