@@ -125,3 +125,24 @@ def test_cli_quantize(tiny_src, tmp_path):
     assert json.loads((out / "config.json").read_text())["quantization_config"]["krot"] == 2
     r = CliRunner().invoke(app, ["quantize", str(tiny_src), str(out), "--format", "int3"])
     assert r.exit_code == 2 and "--format 'int3'" in r.output
+
+
+def test_sharded_source_keeps_shards_and_rewrites_index(tiny_src, tmp_path):
+    state = _load(tiny_src)
+    names = sorted(state)
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    (sharded / "config.json").write_text((tiny_src / "config.json").read_text())
+    halves = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
+              "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+    for shard, keys in halves.items():
+        save_file({k: state[k] for k in keys}, str(sharded / shard))
+    index = {"metadata": {}, "weight_map": {k: s for s, ks in halves.items() for k in ks}}
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(index))
+    out = quantize_checkpoint(sharded, tmp_path / "q", QuantizeOptions("pq2"), progress=False)
+    new_index = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
+    assert set(new_index.values()) == set(halves)
+    for name, shard in new_index.items():
+        with safe_open(out / shard, "pt") as f:
+            assert name in f.keys()
+    assert "model.layers.0.mlp.down_proj.qweight" in new_index and "model.layers.0.mlp.down_proj.weight" not in new_index
