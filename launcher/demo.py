@@ -8,12 +8,14 @@ server's output goes to a log file (its path is printed), so the terminal shows 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -22,9 +24,10 @@ import typer
 
 from radiance import paths
 from radiance.healthchecks.probe import ProbeResult, wait_ready
+from radiance.launcher.cli import Mode
 from radiance.launcher.stack import bundled_example, load_stacks
 
-PROMPT = "Write a Python function that returns the n-th Fibonacci number. Answer with code only."
+PROMPT = "Write a Python one-liner that reverses a string s. Answer with the code only."
 STOP_GRACE_S = 30
 
 
@@ -62,14 +65,29 @@ def stop(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> float:
     return time.monotonic() - t
 
 
-def chat(base: str, model: str, prompt: str = PROMPT, max_tokens: int = 96) -> tuple[str, dict, float]:
+def chat(base: str, model: str, prompt: str = PROMPT, max_tokens: int = 48,
+         on_text: Callable[[str], None] | None = None) -> tuple[str, dict, float]:
+    """One streamed chat completion (greedy); `on_text` sees each piece as it arrives.
+    Returns (text, usage, seconds)."""
     t = time.monotonic()
-    r = httpx.post(f"{base}/v1/chat/completions", timeout=300, json={
-        "model": model, "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": max_tokens, "temperature": 0})
-    r.raise_for_status()
-    body = r.json()
-    return body["choices"][0]["message"]["content"], body.get("usage", {}), time.monotonic() - t
+    pieces: list[str] = []
+    usage: dict = {}
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=httpx.Timeout(30, read=600)) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[len("data: "):])
+            usage = event.get("usage") or usage
+            for choice in event.get("choices", []):
+                piece = choice.get("delta", {}).get("content") or ""
+                if piece:
+                    pieces.append(piece)
+                    if on_text:
+                        on_text(piece)
+    return "".join(pieces), usage, time.monotonic() - t
 
 
 def run(once: bool, mode: str, stacks: Path, startup_s: float) -> int:
@@ -98,10 +116,12 @@ def run(once: bool, mode: str, stacks: Path, startup_s: float) -> int:
         if not res.ok:
             raise ServerDied(f"not ready: {res.reason}")
         typer.echo(f"demo: ready at {base} after {time.monotonic() - t0:.0f} s")
-        text, usage, secs = chat(base, stack.served_name or "demo")
-        typer.echo(f"\n>>> {PROMPT}\n{text}\n")
+        typer.echo(f"\n>>> {PROMPT}")
+        text, usage, secs = chat(base, stack.served_name or "demo", on_text=lambda p: typer.echo(p, nl=False))
+        typer.echo("\n")
         n = usage.get("completion_tokens", 0)
-        typer.echo(f"demo: {n} tokens in {secs:.1f} s ({n / secs:.1f} tok/s), quantization {stack.quant} via the radiance plugin")
+        typer.echo(f"demo: {n} tokens in {secs:.1f} s ({n / secs:.1f} tok/s; the CPU path is the exact torch "
+                   f"reference of {stack.quant}, served through the radiance plugin)")
         typer.echo(f"demo: Prometheus metrics at {base}/metrics (e.g. vllm:generation_tokens_total)")
         if once:
             typer.echo(f"demo: stopped (SIGTERM) in {stop(proc):.1f} s")
@@ -122,11 +142,11 @@ def run(once: bool, mode: str, stacks: Path, startup_s: float) -> int:
 
 def main(
     once: Annotated[bool, typer.Option("--once", help="stop the server after the completion")] = False,
-    mode: Annotated[str, typer.Option(help="launcher mode: eval or prod")] = "eval",
+    mode: Annotated[Mode, typer.Option(help="launcher mode")] = Mode.eval,
     stacks: Annotated[Optional[Path], typer.Option(help="stack file holding `demo`")] = None,
     startup_s: Annotated[float, typer.Option(help="seconds to wait for the server to become ready")] = 600,
 ) -> None:
-    raise typer.Exit(run(once, mode, stacks or bundled_example(), startup_s))
+    raise typer.Exit(run(once, mode.value, stacks or bundled_example(), startup_s))
 
 
 if __name__ == "__main__":
