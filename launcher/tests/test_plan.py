@@ -177,3 +177,27 @@ def test_parse_is_pure_of_the_filesystem():
     # host tools read stacks whose models live elsewhere: loading does not look at model dirs
     sf = parse_stacks(SMALL.replace("model: m", "model: /no/such/dir"), Path("x.yaml"))
     assert sf.get("s").model == "/no/such/dir"
+
+
+def test_console_script_dry_run(launch_home):
+    """The installed entry point (radiance.launcher.cli:main), as scripts and units call it."""
+    import shutil
+    import subprocess
+    import sys
+
+    exe = Path(sys.executable).parent / "radiance-launch"
+    exe = str(exe) if exe.exists() else shutil.which("radiance-launch")
+    assert exe, "radiance-launch is not installed beside this interpreter"
+    out = subprocess.run([exe, "demo", "--stacks", str(EXAMPLE), "--dry-run"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "-m vllm.entrypoints.openai.api_server" in out.stdout and out.stdout.startswith("# radiance-launch demo")
+
+
+def test_podman_stack_on_the_host_points_at_its_unit(launch_home):
+    from radiance.launcher.launch import in_container
+
+    if in_container():
+        pytest.skip("running inside a podman container: the launcher would go on to the device check")
+    res = CliRunner().invoke(app, ["paro", "--stacks", str(EXAMPLE)])
+    assert res.exit_code == 1
+    assert "stack 'paro' runs in podman (localhost/radiance-rocm:latest): start it with `vllm-switch paro`" in res.stderr
