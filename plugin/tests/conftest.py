@@ -133,7 +133,7 @@ def tiny():
     return types.SimpleNamespace(
         LAYERS=LAYERS, H=H, I=I, PARO_CFG=PARO_CFG, PQ2_CFG=PQ2_CFG, dense_state=dense_state,
         quantize_state=quantize_state, write_checkpoint=write_checkpoint, load_in_vllm=load_in_vllm,
-        hf_quantized_model=hf_quantized_model, hf_logprobs=hf_logprobs,
+        hf_quantized_model=hf_quantized_model, hf_logprobs=hf_logprobs, set_attention=set_attention,
     )
 
 
@@ -194,3 +194,11 @@ def hf_logprobs(model, seqs: list[list[int]]) -> list[torch.Tensor]:
     batch = torch.tensor([s + [s[-1]] * (longest - len(s)) for s in seqs])
     logits = model(batch).logits.float()
     return [torch.log_softmax(logits[i, : len(s) - 1], dim=-1) for i, s in enumerate(seqs)]
+
+
+def set_attention(model, impl: str) -> None:
+    """Switch transformers' attention implementation ("sdpa" / "eager") on a built model."""
+    for mod in model.modules():
+        cfg = getattr(mod, "config", None)
+        if cfg is not None and hasattr(cfg, "_attn_implementation"):
+            cfg._attn_implementation = impl

@@ -87,8 +87,22 @@ class Reference:
         return self.cache[tuple(ids)]
 
 
-def assert_matches_reference(s: Served, ref: Reference) -> float:
-    """Top-1 identical except near-ties; every served logprob within LOGPROB_TOL. -> max |diff|."""
+    def noise_floor(self, s: Served) -> float:
+        """Max |logprob change| of the reference itself when only its attention implementation
+        changes (sdpa -> eager, both fp32), over the served tokens."""
+        seqs = [p + g for p, g in zip(s.prompt_ids, s.gen_ids)]
+        self.prime(seqs)
+        self.tiny.set_attention(self.model, "eager")
+        try:
+            other = self.tiny.hf_logprobs(self.model, seqs)
+        finally:
+            self.tiny.set_attention(self.model, "sdpa")
+        return max(float((self.cache[tuple(q)] - o).gather(1, torch.tensor(q[1:]).unsqueeze(1)).abs().max())
+                   for q, o in zip(seqs, other))
+
+
+def assert_matches_reference(s: Served, ref: Reference, tol: float = LOGPROB_TOL) -> float:
+    """Top-1 identical except near-ties; every served logprob within tol. -> max |diff|."""
     worst = 0.0
     ref.prime([pids + gids for pids, gids in zip(s.prompt_ids, s.gen_ids)])
     for p, (pids, gids) in enumerate(zip(s.prompt_ids, s.gen_ids)):
@@ -96,7 +110,7 @@ def assert_matches_reference(s: Served, ref: Reference) -> float:
         for j, served in enumerate(s.prompt_logprobs[p]):
             diff = abs(served - float(lp[j, pids[j + 1]]))
             worst = max(worst, diff)
-            assert diff <= LOGPROB_TOL, f"{s.name} prompt {p} position {j + 1}: |Δlogprob| {diff:.4f}"
+            assert diff <= tol, f"{s.name} prompt {p} position {j + 1}: |Δlogprob| {diff:.4f}"
         for t, (tok, served) in enumerate(zip(gids, s.gen_logprobs[p])):
             row = lp[len(pids) - 1 + t]
             top2 = row.topk(2)
@@ -106,7 +120,7 @@ def assert_matches_reference(s: Served, ref: Reference) -> float:
                 f"(margin {margin:.4f})")
             diff = abs(served - float(row[tok]))
             worst = max(worst, diff)
-            assert diff <= LOGPROB_TOL, f"{s.name} prompt {p} token {t}: |Δlogprob| {diff:.4f}"
+            assert diff <= tol, f"{s.name} prompt {p} token {t}: |Δlogprob| {diff:.4f}"
     return worst
 
 
@@ -163,9 +177,16 @@ def test_checkall_eval_mode(paro_tp1):
 
 
 def test_pq2_matches_transformers(vllm_server, tiny, qwen_pq2_dir):
+    """pq2 quantizes activations to int8 per 128-group: a 1e-7 difference that moves a value across
+    a rounding boundary changes a code, and this ternary-RTN Qwen amplifies that (measured: the
+    reference alone moves up to ~0.2 when only its attention switches sdpa -> eager, while
+    paroquant moves < 1e-4). So the logprob tolerance here is max(0.05, 1.5 x that floor),
+    measured on the same tokens; top-1 agreement keeps the near-tie rule."""
     served = _serve(vllm_server, qwen_pq2_dir, "pq2-tp1")
-    worst = assert_matches_reference(served, Reference(tiny, qwen_pq2_dir))
-    print(f"pq2 TP=1 max |Δlogprob| vs transformers: {worst:.4f}")
+    ref = Reference(tiny, qwen_pq2_dir)
+    floor = ref.noise_floor(served)
+    worst = assert_matches_reference(served, ref, tol=max(LOGPROB_TOL, 1.5 * floor))
+    print(f"pq2 TP=1 max |Δlogprob| vs transformers: {worst:.4f} (reference's own sdpa/eager floor {floor:.4f})")
 
 
 def test_tp2_matches_tp1(vllm_server, qwen_paro_dir, paro_tp1, paro_ref):
