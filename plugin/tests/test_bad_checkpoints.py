@@ -10,6 +10,8 @@ import torch
 
 from radiance.kernels.formats import FormatError
 
+pytestmark = pytest.mark.integration  # real vLLM, in process
+
 
 @pytest.fixture(scope="module")
 def paro_state(tiny):

@@ -3,8 +3,11 @@ does not recompile when M crosses the decode/prefill band."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch._dynamo.testing
+
+pytestmark = pytest.mark.integration  # real vLLM, in process
 
 
 def test_compiled_graph_does_not_specialize_on_m(tmp_path, vllm_dist, tiny):

@@ -10,6 +10,8 @@ from radiance.kernels import reference as R
 from radiance.kernels.formats.paroquant import ParoTensors
 from radiance.kernels.formats.pq2 import Pq2Tensors
 
+pytestmark = pytest.mark.integration  # real vLLM, in process
+
 SITES = {  # vLLM module -> checkpoint projections it merges
     "self_attn.qkv_proj": ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
     "self_attn.o_proj": ["self_attn.o_proj"],

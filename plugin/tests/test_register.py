@@ -9,6 +9,7 @@ import pytest
 from radiance.testing import servers
 
 
+@pytest.mark.integration
 def test_register_is_idempotent_and_complete():
     import torch
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from radiance.kernels.formats import FormatError
-from radiance.plugin.skip import SkinnyUnquantizedLinearMethod
+
+pytestmark = pytest.mark.integration  # real vLLM, in process
 
 
 @pytest.fixture()
@@ -29,6 +30,8 @@ def _with_dense(tiny, state, dense, names):
 
 
 def test_skip_by_knob_and_by_checkpoint_list(tiny, tmp_path, vllm_dist, monkeypatch):
+    from radiance.plugin.skip import SkinnyUnquantizedLinearMethod
+
     dense = tiny.dense_state()
     names = [f"model.layers.{i}.mlp.{p}" for i in range(tiny.LAYERS) for p in ("gate_proj", "up_proj")]
     names += [f"model.layers.{i}.self_attn.o_proj" for i in range(tiny.LAYERS)]
