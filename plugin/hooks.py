@@ -11,7 +11,7 @@ log = logging.getLogger("radiance.plugin")
 def _setup_logging() -> None:
     # vLLM configures only its own "vllm" logger; give radiance's lines (load decisions,
     # CHECKALL) a handler so they reach the server log at INFO.
-    root = logging.getLogger("radiance")
+    root = logging.getLogger("radiance.plugin")  # only the plugin's own loggers: others set up theirs
     if not root.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [radiance] %(message)s", "%m-%d %H:%M:%S"))

@@ -16,9 +16,9 @@ pytestmark = pytest.mark.integration  # real vLLM, in process
 @pytest.fixture()
 def radiance_log(caplog):
     """radiance's logger does not propagate (it has its own handler): listen on it directly."""
-    logger = logging.getLogger("radiance")
+    logger = logging.getLogger("radiance.plugin")
     logger.addHandler(caplog.handler)
-    caplog.set_level(logging.INFO, logger="radiance")
+    caplog.set_level(logging.INFO, logger="radiance.plugin")
     yield caplog
     logger.removeHandler(caplog.handler)
 
