@@ -104,16 +104,17 @@ def still_held(sf: StackFile, stopped: list[str], target: str) -> list[str]:
             held.append(f"{v.unit} is still {v.state.active}")
         if v.runtime == "podman" and podman.container_exists(v.container):
             held.append(f"container {v.container} still exists ({podman.container_state(v.container)})")
+    ids = _container_ids()
     for port in sorted(ports):
-        hs = procs.port_holders(port)
+        # The target's own processes (it may already be starting) do not block its start.
+        hs = [h for h in procs.port_holders(port) if owner(sf, h, ids) != target]
         if hs:
             held.append(f"port {port} is held by " + ", ".join(h.describe() for h in hs))
     gpu_list = sorted(set(t.devices))
     if gpu_list:
         # /dev/kfd is one node for all AMD GPUs: a stack that keeps running on other GPUs holds it
         # legitimately; only the stopped stacks' processes and strangers count.
-        keep = {n for n, v in views(sf).items() if v.running and n not in stopped and n != target}
-        ids = _container_ids()
+        keep = {n for n, v in views(sf).items() if v.running and n not in stopped}
         hs = [h for h in gpus.gpu_holders(vendor(t), gpu_list) if owner(sf, h, ids) not in keep]
         if hs:
             held.append(f"GPU {','.join(map(str, gpu_list))} memory is held by " + ", ".join(h.describe() for h in hs))
