@@ -222,3 +222,19 @@ def test_kill_9_mid_switch_converges(box):
     stop = box.switch("stop")
     assert stop.returncode == 0 and "stopping radiance-beta.service" in stop.stdout, stop.stdout + stop.stderr
     assert set(box.active().values()) == {"inactive"}
+
+
+def test_setup_installs_units_reloads_systemd_and_is_idempotent(box):
+    models = "/root/.cache/radiance/models"
+    box.sh(f"for m in alpha-model beta-model gamma-model; do mkdir -p {models}/$m && echo '{{}}' > {models}/$m/config.json"
+           f" && (cd {models}/$m && sha256sum config.json > SHA256SUMS); done")
+    box.sh("rm /etc/systemd/system/radiance-gamma.service && systemctl daemon-reload")
+    assert box.active()["gamma"] == "inactive"
+    first = box.sh("radiance setup --skip-images", check=False)
+    out = " ".join(first.stdout.split())
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "wrote radiance-gamma.service" in out and "systemctl daemon-reload" in out
+    assert "systemd is PID 1" in out and "1 files match SHA256SUMS" in out
+    assert box.sh("systemctl show -p LoadState --value radiance-gamma.service").stdout.strip() == "loaded"
+    second = box.sh("radiance setup --skip-images", check=False)
+    assert second.returncode == 0 and "nothing changed: this host was already set up" in second.stdout, second.stdout
