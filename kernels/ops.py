@@ -319,6 +319,23 @@ def _paroquant_rocm(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | 
     return y if bias is None else y + bias.to(y.dtype)
 
 
+# ----------------------------------------------------------------------------- unquantized (skipped) linears on GPUs
+def _dense_gpu_prepare(prep: PreparedLinear, weight: torch.Tensor) -> None:
+    prep.data["w"] = weight.contiguous()
+
+
+def _dense_cuda(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    # the skinny split-K Triton GEMM where it applies and RADIANCE_SKINNY_GEMM / the set allow it
+    from radiance.kernels import pq2_ops
+
+    return pq2_ops.dense_linear(x, prep.data["w"], bias)
+
+
+def _dense_rocm(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    # no skinny HIP kernel yet: the platform BLAS, as vLLM's own unquantized method would run it
+    return torch.nn.functional.linear(x, prep.data["w"], bias)
+
+
 # ----------------------------------------------------------------------------- the tables
 PREPARE: dict[tuple[str, str], Callable] = {
     ("pq2", "cuda"): _pq2_cuda_prepare,
@@ -341,3 +358,7 @@ DISPATCH.update({("pq2", "cuda", b, ks): _pq2_cuda for b in BANDS for ks in KERN
 # paroquant on AMD gfx1201: the HIP kernels (kernels/hip), both bands inside one op
 PREPARE[("paroquant", "rocm")] = _paroquant_rocm_prepare
 DISPATCH.update({("paroquant", "rocm", b, "tuned"): _paroquant_rocm for b in BANDS})
+# unquantized (skipped) linears on GPUs
+PREPARE.update({("dense", "cuda"): _dense_gpu_prepare, ("dense", "rocm"): _dense_gpu_prepare})
+DISPATCH.update({("dense", "cuda", b, ks): _dense_cuda for b in BANDS for ks in KERNEL_SETS})
+DISPATCH.update({("dense", "rocm", b, ks): _dense_rocm for b in BANDS for ks in KERNEL_SETS})

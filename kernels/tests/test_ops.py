@@ -79,9 +79,12 @@ def test_dense_and_dispatch_errors(monkeypatch):
     assert torch.equal(ops.linear_forward(prep, x), torch.nn.functional.linear(x, w))
     with pytest.raises(ValueError, match=r"expected input \[M, 128\]"):
         ops.linear_forward(prep, torch.randn(3, 64))
-    prep.platform = "cuda"
-    with pytest.raises(NotImplementedError, match="method=dense platform=cuda band=decode kernel_set=tuned"):
+    prep.platform = "xpu"  # a platform without rows: an error naming the key, never a fallback
+    with pytest.raises(NotImplementedError, match="method=dense platform=xpu band=decode kernel_set=tuned"):
         ops.linear_forward(prep, x)
+    for platform in ("cpu", "cuda", "rocm"):  # skipped modules load on every served platform
+        assert ("dense", platform) in ops.PREPARE
+        assert all(("dense", platform, b, ks) in ops.DISPATCH for b in ops.BANDS for ks in ops.KERNEL_SETS)
     monkeypatch.setenv("RADIANCE_PQ2_KERNELS", "fastest")
     with pytest.raises(ValueError, match="RADIANCE_PQ2_KERNELS='fastest'"):
         ops.kernel_set("pq2")
