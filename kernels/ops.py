@@ -203,17 +203,29 @@ def _prepare_for(prep: PreparedLinear) -> Callable:
 
 
 # ----------------------------------------------------------------------------- CPU: the exact reference
+def _cpu_weights() -> str:
+    value = knob("RADIANCE_CPU_WEIGHTS")
+    if value not in ("fp32", "int8"):
+        raise ValueError(f"RADIANCE_CPU_WEIGHTS={value!r}: use fp32 (fast, 4 bytes a weight) or int8 (1 byte, slower)")
+    return value
+
+
 def _paroquant_cpu_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
-    # (q - z) as int8 [N, K] (1 byte a weight; an fp32 cache would be 4 and OOMs shared hosts);
-    # each call rebuilds fp32 (q - z) * s per run: the same operands and rounding as the reference
+    # (q - z) as int8 [N, K] and fp32 scales. RADIANCE_CPU_WEIGHTS=fp32 builds the dequantized
+    # weight once from them (the same ops as the per-call rebuild, so the same bits) and keeps it.
     q = unpack_awq(t.qweight).to(torch.int16)
     z = unpack_awq(t.qzeros).to(torch.int16).repeat_interleave(GROUP_SIZE, dim=0)
     prep.data["qz"] = (q - z).to(torch.int8).t().contiguous()
     prep.data["s"] = t.scales.to(torch.float32).t().contiguous()  # [N, G]
+    if _cpu_weights() == "fp32":
+        prep.data["w"] = _paroquant_weight_cpu(prep, 0, prep.out_features)
+        del prep.data["qz"], prep.data["s"]
 
 
 def _paroquant_weight_cpu(prep: PreparedLinear, n0: int, n1: int) -> torch.Tensor:
     """reference.dequant_paroquant's W[n0:n1] (fp32 [n, K]), bit for bit."""
+    if "w" in prep.data:
+        return prep.data["w"][n0:n1]
     qz, s = prep.data["qz"][n0:n1], prep.data["s"][n0:n1]
     n, k = qz.shape
     return (qz.to(torch.float32).view(n, k // GROUP_SIZE, GROUP_SIZE) * s.unsqueeze(-1)).view(n, k)
@@ -240,7 +252,8 @@ def _paroquant_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | N
 
 def _pq2_cpu_prepare(prep: PreparedLinear, t: Pq2Tensors) -> None:
     n, groups = (int(s) for s in t.scales.shape)
-    prep.data["codes"] = unpack_ternary(t.qweight).view(n, groups, GROUP_SIZE)  # uint8 0..2; fp32 per call
+    codes = unpack_ternary(t.qweight).view(n, groups, GROUP_SIZE)  # uint8 0..2
+    prep.data["codes"] = codes.to(torch.float32) if _cpu_weights() == "fp32" else codes
     prep.data["d"] = t.scales.to(torch.float32)
 
 

@@ -37,6 +37,8 @@ KNOBS: dict[str, Knob] = {
              "Row cap for `RADIANCE_PQ_CHECKALL` comparisons."),
         Knob("RADIANCE_PQ_CHECK_MAX_CALLS", None, False,
              "Checked calls per layer for `RADIANCE_PQ_CHECKALL` (zero-input calls not counted); unset: every call. Bounds the judge's cost on CPU."),
+        Knob("RADIANCE_CPU_WEIGHTS", "fp32", False,
+             "CPU path weight cache: `fp32` keeps each layer dequantized once (4 bytes a weight, fastest), `int8` keeps codes (1 byte) and rebuilds fp32 per call (the Qwen's 168 linears, one token: 0.99 s vs 0.16 s for `fp32`, measured 2026-11-29). Both are bit-identical to the reference."),
         Knob("RADIANCE_PQ_DECODE_MAX_M", "64", False,
              "Top of the decode (split-K GEMV) band. Must cover `max_num_seqs x (SPEC+1)` rows."),
         Knob("RADIANCE_PQ2_KERNELS", "tuned", False,

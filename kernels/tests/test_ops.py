@@ -29,17 +29,25 @@ def _merged(parts: list[ParoTensors]) -> ops.PreparedLinear:
     )
 
 
+@pytest.fixture(params=["fp32", "int8"])
+def cpu_weights(request, monkeypatch):
+    """Both CPU weight caches (RADIANCE_CPU_WEIGHTS) must give the reference's bits."""
+    monkeypatch.setenv("RADIANCE_CPU_WEIGHTS", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("m", [1, 3, 200])  # decode and prefill bands
-def test_paroquant_cpu_is_bit_identical_to_reference(m):
+def test_paroquant_cpu_is_bit_identical_to_reference(m, cpu_weights):
     t = _paro(96, 256, 0)
     prep = _merged([t])
+    assert ("w" in prep.data) == (cpu_weights == "fp32")
     x = torch.randn(m, 256).bfloat16()
     bias = torch.randn(96).bfloat16()
     assert ops.band(m, prep.decode_max_m) == ("decode" if m <= 64 else "prefill")
     assert torch.equal(ops.linear_forward(prep, x, bias), R.paroquant_linear(x, t, bias))
 
 
-def test_merged_partitions_keep_their_own_rotation_and_dedup_identical_ones():
+def test_merged_partitions_keep_their_own_rotation_and_dedup_identical_ones(cpu_weights):
     q, k, v = _paro(64, 256, 1), _paro(32, 256, 2), _paro(32, 256, 3)
     x = torch.randn(5, 256).bfloat16()
     prep = _merged([q, k, v])
@@ -63,13 +71,20 @@ def test_partition_count_guard():
         ops._paroquant_gemm_cpu(prep, xs[:1], None, torch.float32)
 
 
-def test_pq2_cpu_is_bit_identical_to_reference():
+def test_pq2_cpu_is_bit_identical_to_reference(cpu_weights):
     t = rtn.pq2_linear_tensors(torch.randn(80, 384, generator=torch.Generator().manual_seed(0)))
     prep = ops.prepare_pq2(t.qweight, t.scales)
+    assert (prep.data["codes"].dtype == torch.float32) == (cpu_weights == "fp32")
     for m in (1, 70, 300):
         x = torch.randn(m, 384).bfloat16()
         bias = torch.randn(80).bfloat16()
         assert torch.equal(ops.linear_forward(prep, x, bias), R.pq2_linear(x, t, bias))
+
+
+def test_bad_cpu_weights_value(monkeypatch):
+    monkeypatch.setenv("RADIANCE_CPU_WEIGHTS", "fp16")
+    with pytest.raises(ValueError, match="RADIANCE_CPU_WEIGHTS='fp16': use fp32"):
+        _merged([_paro(32, 128, 0)])
 
 
 def test_dense_and_dispatch_errors(monkeypatch):
