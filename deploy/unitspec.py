@@ -9,12 +9,14 @@ the switcher never disagree about names, ports, GPUs or conflicts.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from radiance import paths
+from radiance.healthchecks.cli import ready_argv
 from radiance.launcher.locations import stack_paths
 from radiance.launcher.mounts import container_mounts
 from radiance.launcher.stack import Stack, StackFile
@@ -24,6 +26,10 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_START_TIMEOUT_S = 1800
 # Grace vLLM gets after SIGTERM before podman/systemd kill it; TimeoutStopSec adds a margin on top.
 DEFAULT_STOP_GRACE_S = 90
+# A ready probe is one 1-token completion: every 30 s, 30 s to answer, 3 misses = unhealthy.
+HEALTH_INTERVAL_S = 30
+HEALTH_TIMEOUT_S = 30
+HEALTH_RETRIES = 3
 SHM_SIZE = "8g"
 
 
@@ -112,6 +118,10 @@ class UnitSpec:
     podman: str
     start_timeout_s: int = DEFAULT_START_TIMEOUT_S
     stop_grace_s: int = DEFAULT_STOP_GRACE_S
+    health_cmd: str = ""  # podman HEALTHCHECK: the ready probe run inside the container
+    health_interval_s: int = HEALTH_INTERVAL_S
+    health_timeout_s: int = HEALTH_TIMEOUT_S
+    health_retries: int = HEALTH_RETRIES
 
     @property
     def writable_dirs(self) -> list[str]:
@@ -164,4 +174,8 @@ def unit_spec(sf: StackFile, name: str, *, mode: str = "prod", launcher_bin: str
     env["RADIANCE_HOME"] = str(paths.home())
     mounts = [m.podman_arg() for m in container_mounts(sp)]
     cmd = ["radiance-launch", name, "--mode", mode, "--stacks", str(sp.stack_file)]
-    return UnitSpec(command=cmd, env=env, mounts=mounts, device_args=dev_args, quadlet_devices=quadlet_devs, **common)
+    # Steady-state probe only; the start window (model load + compile) is --health-start-period =
+    # TimeoutStartSec, so a slow start is not counted as unhealthy (podman #27290).
+    health = shlex.join(ready_argv(f"http://127.0.0.1:{stack.port}", stack.model_name, timeout_s=HEALTH_TIMEOUT_S))
+    return UnitSpec(command=cmd, env=env, mounts=mounts, device_args=dev_args, quadlet_devices=quadlet_devs,
+                    health_cmd=health, **common)

@@ -64,8 +64,7 @@ def targets_from_stacks(stacks_path: Path | None) -> list[Target]:
     out = []
     for name, st in sf.stacks.items():
         out.append(Target(name=name, url=probe_url(st), port=st.port,
-                          # the name vLLM lists: the launcher passes `served_name or <stack name>`
-                          gpus=",".join(map(str, st.devices)) or "none", model=st.served_name or name))
+                          gpus=",".join(map(str, st.devices)) or "none", model=st.model_name))
     return out
 
 

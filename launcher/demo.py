@@ -111,13 +111,13 @@ def run(once: bool, mode: str, stacks: Path, startup_s: float) -> int:
             if proc.poll() is not None:
                 raise ServerDied(f"the server exited with status {proc.returncode} before it was ready")
 
-        res = wait_ready(base, stack.served_name or "demo", startup_s=startup_s, interval_s=2, timeout=60,
+        res = wait_ready(base, stack.model_name, startup_s=startup_s, interval_s=2, timeout=60,
                          on_attempt=watch)
         if not res.ok:
             raise ServerDied(f"not ready: {res.reason}")
         typer.echo(f"demo: ready at {base} after {time.monotonic() - t0:.0f} s")
         typer.echo(f"\n>>> {PROMPT}")
-        text, usage, secs = chat(base, stack.served_name or "demo", on_text=lambda p: typer.echo(p, nl=False))
+        text, usage, secs = chat(base, stack.model_name, on_text=lambda p: typer.echo(p, nl=False))
         typer.echo("\n")
         n = usage.get("completion_tokens", 0)
         typer.echo(f"demo: {n} tokens in {secs:.1f} s ({n / secs:.1f} tok/s; the CPU path is the exact torch "

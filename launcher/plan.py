@@ -176,7 +176,7 @@ def resolve_plan(sf: StackFile, name: str, mode: str, environ: Mapping[str, str]
     return LaunchPlan(
         stack=name, stack_file=sp.stack_file, mode=mode, arch=stack.arch, runtime=stack.runtime,
         image=stack.image, container=stack.container_name, quant=stack.quant, model=sp.model,
-        served_name=stack.served_name or name,
+        served_name=stack.model_name,
         host="0.0.0.0" if stack.runtime == "podman" else (stack.host or "127.0.0.1"),
         port=stack.port, tp=stack.tp, devices=tuple(stack.devices), dtype=stack.dtype,
         kv_cache_dtype=stack.kv_cache_dtype, enforce_eager=enforce_eager,

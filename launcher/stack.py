@@ -136,6 +136,11 @@ class Stack(_Strict):
     def container_name(self) -> str:
         return self.container or f"radiance-{self._name}"
 
+    @property
+    def model_name(self) -> str:
+        """The name vLLM serves the model under (`--served-model-name`), which probes ask for."""
+        return self.served_name or self._name
+
     def mode(self, mode: str) -> ModeOverrides:
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}: allowed values are {', '.join(MODES)}")
