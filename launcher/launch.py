@@ -49,10 +49,10 @@ def verify_plugin(quant: str) -> None:
         raise LaunchError(f"no `{PLUGIN_GROUP}` entry point for radiance.plugin: radiance is not installed in "
                           f"this interpreter ({sys.executable}); run scripts/bootstrap or `pip install -e .`")
     try:
-        eps[0].load()()
-        from vllm.model_executor.layers.quantization import get_quantization_config
+        eps[0].load()()  # what vLLM's plugin loader will call, in every process
+        from radiance.plugin import check_registered  # the plugin is the one package importing vLLM
 
-        get_quantization_config(quant)
+        check_registered(quant)
     except Exception as e:
         raise LaunchError(f"the radiance vLLM plugin did not register quant method {quant!r}: "
                           f"{type(e).__name__}: {e}") from None
