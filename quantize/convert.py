@@ -72,8 +72,12 @@ class QuantizeOptions:
 
     def quantization_config(self) -> dict:
         if self.format == "pq2":
-            return {"quant_method": "pq2", "bits": 2, "group_size": pq2_fmt.GROUP_SIZE}
-        return {"quant_method": "paroquant", "bits": 4, "group_size": paro_fmt.GROUP_SIZE, "krot": self.krot}
+            cfg = {"quant_method": "pq2", "bits": 2, "group_size": pq2_fmt.GROUP_SIZE}
+        else:
+            cfg = {"quant_method": "paroquant", "bits": 4, "group_size": paro_fmt.GROUP_SIZE, "krot": self.krot}
+        if self.skip:  # the plugin must know these linears stay 16-bit (its own list covers the defaults)
+            cfg["modules_to_not_convert"] = list(self.skip)
+        return cfg
 
 
 def source_shards(src: Path) -> list[Path]:

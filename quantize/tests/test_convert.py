@@ -93,6 +93,8 @@ def test_skip_regex_leaves_module_bf16(tiny_src, tmp_path):
     q = _load(out)
     assert q["model.layers.0.self_attn.k_proj.weight"].dtype == torch.bfloat16
     assert "model.layers.0.self_attn.q_proj.qweight" in q
+    cfg = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert cfg["modules_to_not_convert"] == [r"k_proj$"]  # the plugin reads the skip list from here
 
 
 def test_errors_name_the_problem(tiny_src, tmp_path):
