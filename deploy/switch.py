@@ -23,7 +23,7 @@ from radiance import atomic, paths
 from radiance.deploy import hoststate, systemd
 from radiance.deploy.unitspec import probe_url, start_timeout_s, unit_name
 from radiance.healthchecks import probe
-from radiance.healthchecks.state import record_switch
+from radiance.healthchecks.state import record_ready, record_switch
 from radiance.launcher.stack import StackFile
 
 DRAIN_TIMEOUT_S = 180.0
@@ -130,7 +130,8 @@ class Switch:
 
     def _wait_ready(self, name: str) -> tuple[bool, str]:
         """(ready?, why not). Fails fast when the unit dies instead of waiting out the window."""
-        url, deadline = probe_url(self.sf.get(name)), time.monotonic() + self._start_timeout(name)
+        stack, t0 = self.sf.get(name), time.monotonic()
+        url, deadline = probe_url(stack), t0 + self._start_timeout(name)
         reason = "not probed yet"
         while True:
             st = systemd.state(unit_name(name))
@@ -139,8 +140,9 @@ class Switch:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False, f"not ready within {self._start_timeout(name):g}s: {reason}"
-            r = probe.ready(url, None, timeout=max(min(10.0, left), 0.1))
+            r = probe.ready(url, stack.model_name, timeout=max(min(10.0, left), 0.1))
             if r.ok:
+                record_ready(name, time.monotonic() - t0)  # the exporter's exec -> ready phase
                 return True, r.reason
             reason = r.reason
             time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))

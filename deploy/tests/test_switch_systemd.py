@@ -30,18 +30,21 @@ stacks:
     description: test stack, holds its port 3 s after SIGTERM
     arch: cpu
     model: alpha-model
+    served_name: alpha-model  # what the fake lists; the probe asks for it
     quant: paroquant
     port: 18080
   beta:
     description: test stack sharing alpha's port
     arch: cpu
     model: beta-model
+    served_name: beta-model  # what the fake lists; the probe asks for it
     quant: paroquant
     port: 18080
   gamma:
     description: test stack on its own port, never ready
     arch: cpu
     model: gamma-model
+    served_name: gamma-model  # what the fake lists; the probe asks for it
     quant: paroquant
     port: 18081
 """
