@@ -49,16 +49,10 @@ def random_weights(method: str, dims: Dims, layers: int, seed: int, device: str 
     return [{name: make(n, k) for name, (n, k) in shapes.items()} for _ in range(layers)]
 
 
-def _merge(parts: list) -> object:
-    if isinstance(parts[0], Pq2Tensors):
-        return Pq2Tensors(torch.cat([p.qweight for p in parts]), torch.cat([p.scales for p in parts]))
-    return parts  # paroquant keeps per-partition rotations; prepare takes the list
-
-
 def _prepare(method: str, parts: list, device: torch.device) -> ops.PreparedLinear:
     if method == "pq2":
-        t = _merge(parts)
-        return ops.prepare_pq2(t.qweight.to(device), t.scales.to(device))
+        return ops.prepare_pq2(torch.cat([p.qweight for p in parts]).to(device),
+                               torch.cat([p.scales for p in parts]).to(device))
     return ops.prepare_paroquant(
         torch.cat([p.qweight for p in parts], 1).to(device), torch.cat([p.qzeros for p in parts], 1).to(device),
         torch.cat([p.scales for p in parts], 1).to(device),
