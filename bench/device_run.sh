@@ -1,0 +1,25 @@
+#!/bin/bash
+# One device call, run from the repo root on the lent H200(s) with .whl and .paro_real carried:
+#   bash bench/device_run.sh tp tests pq2 paro      (any subset, in that order)
+# tp: bench/bench_tp.py (needs nvidia-h200-x2); tests: every gpu test of radiance.kernels;
+# pq2 / paro: the two kernel benchmarks (extra args through PQ2_ARGS / PARO_ARGS).
+set -o pipefail
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+R=$PWD; OUT=${OUT:-/tmp/out}; mkdir -p $OUT
+mkdir -p /tmp/rp/radiance && for f in $R/radiance/*; do ln -sf $f /tmp/rp/radiance/; done
+ln -sfn $R/kernels /tmp/rp/radiance/kernels
+export PYTHONPATH=/tmp/rp
+nvidia-smi -L; python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"
+ls $R/.whl/*.whl >/dev/null 2>&1 && pip install -q --no-deps $R/.whl/*.whl 2>&1 | tail -1
+for step in "$@"; do
+  t0=$(date +%s); echo "=== $step"
+  case $step in
+    tp) python3 bench/bench_tp.py --out $OUT/tp.jsonl 2>&1 | tail -30 ;;
+    tests) timeout ${TEST_S:-240} python3 -P -m pytest kernels/tests -q -p no:cacheprovider -m gpu 2>&1 \
+             | tee $OUT/pytest.log | tail -25 ;;
+    pq2) python3 bench/bench_pq2.py --out $OUT $PQ2_ARGS 2>&1 | tail -60 ;;
+    paro) python3 bench/bench_paro.py --out $OUT $PARO_ARGS 2>&1 | tail -60 ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+  echo "=== $step took $(( $(date +%s) - t0 )) s"
+done
