@@ -7,7 +7,7 @@ set -o pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 R=$PWD; OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 mkdir -p /tmp/rp/radiance && for f in $R/radiance/*; do ln -sf $f /tmp/rp/radiance/; done
-ln -sfn $R/kernels /tmp/rp/radiance/kernels
+ln -sfn $R/kernels /tmp/rp/radiance/kernels; ln -sfn $R/quantize /tmp/rp/radiance/quantize
 export PYTHONPATH=/tmp/rp
 nvidia-smi -L; python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"
 ls $R/.whl/*.whl >/dev/null 2>&1 && pip install -q --no-deps $R/.whl/*.whl 2>&1 | tail -1
