@@ -2,7 +2,8 @@
 
 Tolerance: the row-parallel layers sum two fp32 partial products in a different order than one
 rank does, so TP=2 and TP=1 differ by reassociation only: rel <= 1e-5 in fp32 (measured ~1e-7).
-The GPU run (NCCL, 2 x H200) uses the same module: bench/bench_tp.py.
+The NCCL variant (marker gpu, needs 2 GPUs) runs the 27B-class block in bf16 with one process per
+GPU; its tolerance is `tp_block.compare_tp` (stated there). bench/bench_tp.py times the same block.
 """
 
 from __future__ import annotations
@@ -28,19 +29,34 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(rank: int, world: int, port: int, method: str, out: str) -> None:
+def _rank_main(rank: int, world: int, port: int, method: str, out: str, backend: str = "gloo") -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    if backend == "nccl":
+        # the device README: NVLink multicast stays off
+        os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+        dev = torch.device("cuda", rank)
+        torch.cuda.set_device(dev)
+        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
+        dims, xs = tp_block.Dims(), _gpu_inputs()
+    else:
+        dev = torch.device("cpu")
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        dims, xs = DIMS, [torch.randn(5, DIMS.hidden, generator=torch.Generator().manual_seed(3))]
     try:
-        weights = tp_block.random_weights(method, DIMS, layers=2, seed=7)
-        layers = [tp_block.shard_layer(method, w, rank, world, torch.device("cpu"), i) for i, w in enumerate(weights)]
-        x = torch.randn(5, DIMS.hidden, generator=torch.Generator().manual_seed(3))
-        y = tp_block.block_forward(layers, x, DIMS, world)
+        weights = tp_block.random_weights(method, dims, layers=2, seed=7, device=str(dev))
+        layers = [tp_block.shard_layer(method, w, rank, world, dev, i) for i, w in enumerate(weights)]
+        ys = [tp_block.block_forward(layers, x.to(dev), dims, world).cpu() for x in xs]
         if rank == 0:
-            torch.save(y, out)
+            torch.save(ys, out)
     finally:
         dist.destroy_process_group()
+
+
+def _gpu_inputs() -> list[torch.Tensor]:
+    # M = 1 (decode), 7 (odd), 64 (a batch); bf16 as the served model feeds them
+    gen = torch.Generator().manual_seed(3)
+    return [torch.randn(m, tp_block.Dims().hidden, generator=gen).to(torch.bfloat16) for m in (1, 7, 64)]
 
 
 @pytest.mark.parametrize("method", ["paroquant", "pq2"])
@@ -51,10 +67,31 @@ def test_tp2_equals_tp1(tmp_path, method):
         torch.randn(5, DIMS.hidden, generator=torch.Generator().manual_seed(3)), DIMS, 1)
     out = str(tmp_path / "y2.pt")
     mp.start_processes(_rank_main, args=(2, _port(), method, out), nprocs=2, join=True, start_method="spawn")
-    y2 = torch.load(out)
+    (y2,) = torch.load(out)
     rel = float((y2 - y1).norm() / y1.norm())
     assert torch.isfinite(y2).all()
     assert rel <= TOL, f"TP=2 vs TP=1 rel {rel:.3g} > {TOL}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["paroquant", "pq2"])
+def test_tp2_equals_tp1_nccl(tmp_path, method):
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs (device kind nvidia-h200-x2)")
+    dims, dev = tp_block.Dims(), torch.device("cuda", 0)
+    layers = [tp_block.shard_layer(method, w, 0, 1, dev, i)
+              for i, w in enumerate(tp_block.random_weights(method, dims, layers=2, seed=7, device="cuda:0"))]
+    xs = _gpu_inputs()
+    y1s = [tp_block.block_forward(layers, x.to(dev), dims, 1).cpu() for x in xs]
+    del layers
+    torch.cuda.empty_cache()
+    out = str(tmp_path / "y2.pt")
+    mp.start_processes(_rank_main, args=(2, _port(), method, out, "nccl"), nprocs=2, join=True, start_method="spawn")
+    y2s = torch.load(out)
+    refs = tp_block.reference_forward(method, dims, 7, xs, "cuda:0")
+    for x, y1, y2, ref in zip(xs, y1s, y2s, refs):
+        r = tp_block.compare_tp(method, y1, y2, ref)
+        assert r["ok"], f"M={x.shape[0]}: {r}"
 
 
 def test_row_shard_off_group_boundary_is_refused():
