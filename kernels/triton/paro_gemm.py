@@ -43,6 +43,14 @@ def repack(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: lis
 
 
 @triton.jit
+def _nibble_f16(nib):
+    # 1024 + c as fp16 without an int->float conversion (I2F issues at 1/8 of the FMA rate on
+    # sm_80/sm_90 and bounded every dequantizing kind): c's 4 bits become the low mantissa bits
+    # under fp16 exponent 10 (0x6400 = 1024.0), ulp 1, so the value is exact.
+    return (nib.to(tl.int16) | 0x6400).to(tl.float16, bitcast=True)
+
+
+@triton.jit
 def _finish(acc, Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, pid_k, tile,
             HAS_BIAS: tl.constexpr):
     # acc [BM, BN] fp32 (+ bias) -> y, rounded once. Split-K: partial to scratch, then an atomic
@@ -103,8 +111,8 @@ def _paro_fold_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
             dg = tl.dot(hi, a_hi, dg, out_dtype=tl.int32)
             dg = dg.to(tl.float32)
         else:
-            lo = ((w & 15).to(tl.int8) - 8).to(tl.float16)
-            hi = ((w >> 4).to(tl.int8) - 8).to(tl.float16)
+            lo = _nibble_f16(w & 15) - 1032.0  # c - 8, exact
+            hi = _nibble_f16(w >> 4) - 1032.0
             dg = tl.dot(lo, a_lo)
             dg = tl.dot(hi, a_hi, dg)
         sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0).to(tl.float32)
@@ -155,9 +163,9 @@ def _paro_deq_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb
             acc += (dg.to(tl.float32) * sc[None, :]) * s[:, None] - sr[:, None] * zs[None, :]
         else:
             sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0)
-            zp = (tl.load(D + g * N + offs_n, mask=nmask, other=0) + 8).to(tl.float16)
-            lo = ((w & 15).to(tl.float16) - zp[None, :]) * sc[None, :]
-            hi = ((w >> 4).to(tl.float16) - zp[None, :]) * sc[None, :]
+            zp = (tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.int16) + 1032).to(tl.float16)
+            lo = (_nibble_f16(w & 15) - zp[None, :]) * sc[None, :]  # (1024 + c) - (1024 + zp): exact
+            hi = (_nibble_f16(w >> 4) - zp[None, :]) * sc[None, :]
             acc = tl.dot(a_lo, lo, acc)
             acc = tl.dot(a_hi, hi, acc)
     _finish(acc, Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, pid_k,
@@ -170,9 +178,11 @@ def _paro_gemv_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
                       HAS_BIAS: tl.constexpr):
     # kind "gemv" (W4A16, one row of x per program, BM = 1): CUDA cores on fp32 rotated
     # activations (RS = their group sums, from the prologue). The weight is read as int32 words:
-    # nibble j of word t holds k = (j % 2) * 64 + 4t + j // 2, so a nibble plane is a shift and an
-    # and on whole words. Per group t = sum_j c_j * a_j elementwise, acc += sc * t; the zero point
-    # folds as sc * zp * RS. One cross-thread reduction, at the end.
+    # nibble j of word t holds k = (j % 2) * 64 + 4t + j // 2. No int->float conversion (I2F runs
+    # at 1/8 of the FMA rate and bound this kernel at ~2x the roofline): nibble j sits at bit 4*(j%4)
+    # of w (j < 4) or of w >> 16, and OR-ing 2^23's exponent over it gives the fp32 2^23 + c*16^(j%4)
+    # exactly (ulp 1 there), so one and-or, one subtract and an FMA with a_j / 16^(j%4) per weight.
+    # Per group t = sum_j c_j * a_j elementwise, acc += sc * t; the zero point folds as sc * zp * RS.
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -190,10 +200,13 @@ def _paro_gemv_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
     accz = tl.zeros((BN,), dtype=tl.float32)
     for g in tl.range(g0, g1, num_stages=NS):
         w = tl.load(w_base + g * N * 16, mask=nmask[:, None], other=0)
+        wh = w >> 16
         t = tl.zeros((BN, 16), dtype=tl.float32)
         for j in tl.static_range(8):
-            a_j = tl.load(a_row + g * 128 + (j % 2) * 64 + j // 2)
-            t += ((w >> (4 * j)) & 15).to(tl.float32) * a_j[None, :]
+            a_j = tl.load(a_row + g * 128 + (j % 2) * 64 + j // 2) * (1.0 / (1 << (4 * (j % 4))))
+            src = w if j < 4 else wh
+            q = ((src & (15 << (4 * (j % 4)))) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+            t += q * a_j[None, :]
         sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0).to(tl.float32)
         zp = tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.float32) + 8.0
         acc += t * sc[:, None]
