@@ -11,6 +11,7 @@ Qwen-shaped stack against the same stack in bf16.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -49,7 +50,6 @@ def paro_layers(sizes, k, count, gen, i8):
 
 def share_weights(base, count):
     """Copies of a prepared layer with distinct weight buffers (L2 busting) and shared tables."""
-    import dataclasses
     out = [base]
     for _ in range(count - 1):
         out.append(dataclasses.replace(base, wb=base.wb.clone(), sc=base.sc.clone(), d=base.d.clone(), tiles={}))
@@ -92,8 +92,9 @@ def variants(m, i8):
     out = [ops.Tile(bm, 64, 4, 4, 0, "deq"), ops.Tile(bm, 256, 8, 3, 0, "deq"), ops.Tile(16, 64, 4, 3, 0, "fold"),
            ops.Tile(16, 128, 4, 4, 0, "fold")]
     if not i8 and m <= 4:
-        out += [ops.Tile(1, bn, w, st, sp, "gemv") for bn, w, st, sp in
-                ((64, 4, 3, 0), (128, 4, 3, -2), (256, 8, 3, 0), (128, 4, 5, 0))]
+        out += [ops.Tile(1, bn, w, st, sp, "gemv", gpi) for bn, w, st, sp, gpi in
+                ((64, 4, 3, 0, 1), (64, 4, 3, 0, 2), (64, 4, 3, 0, 4), (128, 4, 3, 0, 4), (128, 8, 3, 0, 4),
+                 (64, 4, 1, 0, 4), (32, 4, 3, 0, 4), (64, 4, 3, -2, 4), (128, 4, 3, -2, 2), (256, 8, 3, 0, 2))]
     return out
 
 
@@ -102,7 +103,7 @@ def with_split(layer, m, t):
         return t
     base = ops.tile_for(layer, m).split
     sp = base if t.split == 0 else min(16, base * 2)
-    return ops.Tile(t.bm, t.bn, t.warps, t.stages, sp, t.kind)
+    return dataclasses.replace(t, split=sp)
 
 
 def main():

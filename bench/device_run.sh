@@ -17,8 +17,8 @@ for step in "$@"; do
     tp) python3 bench/bench_tp.py --out $OUT/tp.jsonl 2>&1 | tail -30 ;;
     tests) timeout ${TEST_S:-240} python3 -P -m pytest ${TESTS:-kernels/tests} -q -p no:cacheprovider -m gpu 2>&1 \
              | tee $OUT/pytest.log | tail -25 ;;
-    pq2) python3 bench/bench_pq2.py --out $OUT $PQ2_ARGS 2>&1 | tail -60 ;;
-    paro) python3 bench/bench_paro.py --out $OUT $PARO_ARGS 2>&1 | tail -60 ;;
+    pq2) python3 bench/bench_pq2.py --out $OUT $PQ2_ARGS 2>&1 | tee $OUT/pq2.log | tail -40 ;;
+    paro) python3 bench/bench_paro.py --out $OUT $PARO_ARGS 2>&1 | tee $OUT/paro.log | tail -40 ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
   echo "=== $step took $(( $(date +%s) - t0 )) s"

@@ -18,7 +18,7 @@ MMA on (c - 8) with fp16 activations scaled per (row, group) by a power of two: 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import triton
@@ -40,6 +40,7 @@ class Tile:
     stages: int
     split: int = 1
     kind: str = "deq"  # paro_gemm.KERNELS: "deq" | "fold" | "gemv"
+    gpi: int = 1  # K groups per loop iteration (gemv only; divides the layer's group count)
 
 
 def prologue_mode(kind: str, i8: bool) -> int:
@@ -59,11 +60,11 @@ def fit_tile(t: Tile, limit: int, act_bytes: int = 2) -> Tile:
     """Halve stages (to 2), then BM (to 16), then BN (to 64) until the tile fits `limit` bytes."""
     while smem_bytes(t, act_bytes) > limit:
         if t.stages > 2:
-            t = Tile(t.bm, t.bn, t.warps, t.stages - 1, t.split, t.kind)
+            t = replace(t, stages=t.stages - 1)
         elif t.bm > 16:
-            t = Tile(t.bm // 2, t.bn, t.warps, t.stages, t.split, t.kind)
+            t = replace(t, bm=t.bm // 2)
         elif t.bn > 64:
-            t = Tile(t.bm, t.bn // 2, max(4, t.warps // 2), t.stages, t.split, t.kind)
+            t = replace(t, bn=t.bn // 2, warps=max(4, t.warps // 2))
         else:
             raise ValueError(f"paroquant: no GEMM tile fits {limit} bytes of shared memory")
     return t
@@ -101,13 +102,15 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
     CUDA cores (gemv); above, and for W4A8, the tensor-core kind."""
     # measured on the H200 (bench/RESULTS.md (paroquant)): gemv BN 64 beat 128 (63 vs 71 µs, gate_up
     # M=1); deq BN 64 beat 128 at M=4..16 (87-90 vs 114-116 µs)
+    gpi = 1
     if not i8 and m <= GEMV_MAX_M:
         bm, bn, kind, stages = 1, 64, "gemv", 3
+        gpi = next(x for x in (4, 2, 1) if groups % x == 0)
     else:
         bm, bn, kind, stages = min(64, max(16, triton.next_power_of_2(m))), 64, "deq", 4
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     split = max(1, min(groups // 2, triton.cdiv(4 * sms, tiles), 16))
-    t = Tile(bm, bn, 4, stages, split, kind)
+    t = Tile(bm, bn, 4, stages, split, kind, gpi)
     return fit_tile(t, smem_limit(cap)) if cap < (9, 0) else t
 
 
@@ -226,7 +229,7 @@ def tile_for(layer: ParoLayer, m: int) -> Tile:
             else prefill_tile(layer.cap, layer.i8)
         if layer.parts > 1:
             while any(b < (1 << 30) and b % t.bn for b in layer.bounds):
-                t = Tile(t.bm, t.bn // 2, t.warps, t.stages, t.split, t.kind)
+                t = replace(t, bn=t.bn // 2)
         layer.tiles[key] = t
     return t
 
@@ -243,7 +246,7 @@ def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor | None, rs: 
         raise RuntimeError(f"paroquant: no scratch reserved on {a.device}; prepare the layer on the device it runs on")
     paro_gemm.gemm(t.kind, a, s, rs, layer.wb, layer.sc, layer.d, y, bm=t.bm, bn=t.bn, split=t.split,
                    pb1=layer.bounds[0], pb2=layer.bounds[1], part=scr.part, cnt=scr.cnt,
-                   num_warps=t.warps, num_stages=t.stages, bias=bias)
+                   num_warps=t.warps, num_stages=t.stages, bias=bias, gpi=t.gpi)
     return y
 
 

@@ -175,13 +175,14 @@ def _paro_deq_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb
 @triton.jit
 def _paro_gemv_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
                       BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr, NS: tl.constexpr,
-                      HAS_BIAS: tl.constexpr):
+                      HAS_BIAS: tl.constexpr, GPI: tl.constexpr):
     # kind "gemv" (W4A16, one row of x per program, BM = 1): CUDA cores on fp32 rotated
     # activations (RS = their group sums, from the prologue). The weight is read as int32 words:
     # nibble j of word t holds k = (j % 2) * 64 + 4t + j // 2. No int->float conversion (I2F runs
-    # at 1/8 of the FMA rate and bound this kernel at ~2x the roofline): nibble j sits at bit 4*(j%4)
-    # of w (j < 4) or of w >> 16, and OR-ing 2^23's exponent over it gives the fp32 2^23 + c*16^(j%4)
-    # exactly (ulp 1 there), so one and-or, one subtract and an FMA with a_j / 16^(j%4) per weight.
+    # at 1/8 of the FMA rate): nibble j sits at bit 4*(j%4) of w (j < 4) or of w >> 16, and OR-ing
+    # 2^23's exponent over it gives the fp32 2^23 + c*16^(j%4) exactly (ulp 1 there), so one
+    # and-or, one subtract and an FMA with a_j / 16^(j%4) per weight. GPI groups per iteration, in
+    # one [GPI, BN, 16] load: the loop is bound by load latency, not issue, so more bytes per trip.
     # Per group t = sum_j c_j * a_j elementwise, acc += sc * t; the zero point folds as sc * zp * RS.
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -190,28 +191,30 @@ def _paro_gemv_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
     prt = (n0 >= pb1).to(tl.int32) + (n0 >= pb2).to(tl.int32)
     offs_n = n0 + tl.arange(0, BN)
     offs_w = tl.arange(0, 16)
+    offs_i = tl.arange(0, GPI)
     nmask = offs_n < N
-    a_row = A + prt * M * K + pid_m * K + offs_w * 4
-    rs_row = RS + prt * M * G + pid_m * G
-    w_base = W + offs_n[:, None] * 16 + offs_w[None, :]  # int32 words [BN, 16]
+    a_row = A + prt * M * K + pid_m * K + offs_w[None, :] * 4 + offs_i[:, None] * 128  # [GPI, 16]
+    rs_row = RS + prt * M * G + pid_m * G + offs_i
+    w_base = W + offs_i[:, None, None] * N * 16 + offs_n[None, :, None] * 16 + offs_w[None, None, :]
+    gn = offs_i[:, None] * N + offs_n[None, :]  # [GPI, BN] into SC and D
     g0 = pid_k * gps
-    g1 = tl.minimum(g0 + gps, G)
-    acc = tl.zeros((BN, 16), dtype=tl.float32)
-    accz = tl.zeros((BN,), dtype=tl.float32)
-    for g in tl.range(g0, g1, num_stages=NS):
-        w = tl.load(w_base + g * N * 16, mask=nmask[:, None], other=0)
+    g1 = tl.minimum(g0 + gps, G)  # the host keeps G, gps and so g1 - g0 multiples of GPI
+    acc = tl.zeros((GPI, BN, 16), dtype=tl.float32)
+    accz = tl.zeros((GPI, BN), dtype=tl.float32)
+    for g in tl.range(g0, g1, GPI, num_stages=NS):
+        w = tl.load(w_base + g * N * 16, mask=nmask[None, :, None], other=0)
         wh = w >> 16
-        t = tl.zeros((BN, 16), dtype=tl.float32)
+        t = tl.zeros((GPI, BN, 16), dtype=tl.float32)
         for j in tl.static_range(8):
             a_j = tl.load(a_row + g * 128 + (j % 2) * 64 + j // 2) * (1.0 / (1 << (4 * (j % 4))))
             src = w if j < 4 else wh
             q = ((src & (15 << (4 * (j % 4)))) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
-            t += q * a_j[None, :]
-        sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0).to(tl.float32)
-        zp = tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.float32) + 8.0
-        acc += t * sc[:, None]
-        accz += (sc * zp) * tl.load(rs_row + g)
-    y = tl.sum(acc, axis=1) - accz
+            t += q * a_j[:, None, :]
+        sc = tl.load(SC + g * N + gn, mask=nmask[None, :], other=0.0).to(tl.float32)
+        zp = tl.load(D + g * N + gn, mask=nmask[None, :], other=0).to(tl.float32) + 8.0
+        acc += t * sc[:, :, None]
+        accz += (sc * zp) * tl.load(rs_row + g)[:, None]
+    y = tl.sum(tl.sum(acc, axis=2), axis=0) - tl.sum(accz, axis=0)
     offs_m = pid_m + tl.arange(0, 1)
     _finish(y[None, :], Y, BIAS, PART, CNT, offs_m, offs_n, offs_m < M, nmask, M, N, SPLIT, pid_k,
             pid_n * tl.num_programs(0) + pid_m, HAS_BIAS)
@@ -222,12 +225,14 @@ KERNELS = {"fold": _paro_fold_kernel, "deq": _paro_deq_kernel, "gemv": _paro_gem
 
 def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1: int, pb2: int,
          part: torch.Tensor | None, cnt: torch.Tensor | None, num_warps: int, num_stages: int,
-         bias: torch.Tensor | None = None):
+         bias: torch.Tensor | None = None, gpi: int = 1):
     """y [M, N] (+ bias, added before the one rounding) from prologue outputs a [P, M, K]
     (+ s/rs [P, M, G] for the folded kinds)."""
     _, m, k = a.shape
     g, n, _ = wb.shape
-    gps = triton.cdiv(g, split)
+    if g % gpi or (gpi > 1 and kind != "gemv"):
+        raise ValueError(f"paroquant {kind}: {gpi} groups per iteration must divide the {g} groups (gemv only)")
+    gps = triton.cdiv(triton.cdiv(g, split), gpi) * gpi
     split = triton.cdiv(g, gps)
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), split)
     if part is None or cnt is None or part.dtype != torch.float32 or cnt.dtype != torch.int32:
@@ -242,10 +247,11 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
         if bm != 1:
             raise ValueError("paroquant gemv takes one row per program (bm=1)")
         wb = wb.view(torch.int32)  # the same bytes as words [G, N, 16]
+    extra = {"GPI": gpi} if kind == "gemv" else {}
     KERNELS[kind][grid](a, s, rs, wb, sc, d, y, part if bias is None else bias, part, cnt,
                         m, n, k, g, pb1, pb2, gps, split,
                         BM=bm, BN=bn, A_INT8=a.dtype == torch.int8, NS=num_stages, HAS_BIAS=bias is not None,
-                        num_warps=num_warps, num_stages=num_stages)
+                        num_warps=num_warps, num_stages=num_stages, **extra)
     return y
 
 
