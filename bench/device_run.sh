@@ -2,7 +2,7 @@
 # One device call, run from the repo root on the lent H200(s) with .whl and .paro_real carried:
 #   bash bench/device_run.sh tp tests pq2 paro      (any subset, in that order)
 # tp: bench/bench_tp.py (needs nvidia-h200-x2); tests: every gpu test of radiance.kernels;
-# pq2 / paro: the two kernel benchmarks (extra args through PQ2_ARGS / PARO_ARGS; TESTS narrows the tests).
+# sweep: bench/sweep_paro_decode.py (decode tiles); pq2 / paro: the two kernel benchmarks (extra args through PQ2_ARGS / PARO_ARGS; TESTS narrows the tests).
 set -o pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 R=$PWD; OUT=${OUT:-/tmp/out}; mkdir -p $OUT
@@ -10,7 +10,7 @@ mkdir -p /tmp/rp/radiance && for f in $R/radiance/*; do ln -sf $f /tmp/rp/radian
 ln -sfn $R/kernels /tmp/rp/radiance/kernels; ln -sfn $R/quantize /tmp/rp/radiance/quantize
 export PYTHONPATH=/tmp/rp
 nvidia-smi -L; python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"
-ls $R/.whl/*.whl >/dev/null 2>&1 && pip install -q --no-deps $R/.whl/*.whl 2>&1 | tail -1
+ls $R/.whl/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-deps $R/.whl/*.whl 2>&1 | tail -1
 for step in "$@"; do
   t0=$(date +%s); echo "=== $step"
   case $step in
@@ -19,6 +19,7 @@ for step in "$@"; do
              | tee $OUT/pytest.log | tail -25 ;;
     pq2) python3 bench/bench_pq2.py --out $OUT $PQ2_ARGS 2>&1 | tee $OUT/pq2.log | tail -40 ;;
     paro) python3 bench/bench_paro.py --out $OUT $PARO_ARGS 2>&1 | tee $OUT/paro.log | tail -40 ;;
+    sweep) python3 bench/sweep_paro_decode.py --out $OUT $SWEEP_ARGS 2>&1 | tee $OUT/sweep.log | tail -60 ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
   echo "=== $step took $(( $(date +%s) - t0 )) s"

@@ -1,0 +1,13 @@
+# ncu target: the paroquant decode kernels on gate_up (M=1 gemv, M=4 deq), a few launches each
+import os, sys, torch
+sys.path.insert(0, "bench")
+from radiance.kernels import paro_ops as ops
+from radiance.kernels.triton import paro_random as rnd
+gen = torch.Generator(device="cuda").manual_seed(0)
+layer = ops.prepare(*rnd.merged([rnd.random_layer(34816, 5120, gen)]))
+for m in (1, 4):
+    x = torch.randn(m, 5120, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        ops.forward(layer, x)
+torch.cuda.synchronize()
+print("tile M=1", ops.tile_for(layer, 1), "M=4", ops.tile_for(layer, 4))

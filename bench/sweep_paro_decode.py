@@ -1,0 +1,69 @@
+"""Decode-band tile sweep for the paroquant GEMMs (one device call): every gemv tile at M=1 and
+every deq split/BN at M=4 and 16 on the large shapes, whole forward (prologue + GEMM) timed as in
+bench_paro.py (CUDA graph, weight copies > L2). Prints one line per tile and the best per shape.
+
+    python3 bench/sweep_paro_decode.py --out $OUT      # writes $OUT/sweep-paro.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+
+import torch
+
+from bench_paro import ROTATE_BYTES, SHAPES, paro_layers, share_weights
+from timing import graph_time
+
+from radiance.kernels import paro_ops as ops
+
+
+def tiles(m: int, groups: int):
+    if m == 1:
+        for bn, warps, stages, gpi, split in itertools.product((16, 32, 64), (2, 4), (1, 2), (1, 2, 4), (1, 2)):
+            if groups % gpi == 0 and bn * 16 >= 32 * warps:
+                yield ops.Tile(1, bn, warps, stages, split, "gemv", gpi)
+    else:
+        bm = max(16, 1 << (m - 1).bit_length())
+        for bn, warps, stages, split in itertools.product((32, 64, 128), (4,), (3, 4), (1, 2, 4)):
+            yield ops.Tile(bm, bn, warps, stages, split, "deq")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--shapes", default="gate_up,down")
+    ap.add_argument("--ms", default="1,4")
+    args = ap.parse_args()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    path = os.path.join(args.out, "sweep-paro.jsonl")
+    for name in args.shapes.split(","):
+        sizes, k = SHAPES[name]
+        n = sum(sizes)
+        copies = max(2, math.ceil(ROTATE_BYTES / (n * k * 4.25 / 8)))
+        layers = share_weights(paro_layers(sizes, k, 1, gen, False)[0], copies)
+        for m in map(int, args.ms.split(",")):
+            xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+            table = ops.tile_for(layers[0], m)
+            res = []
+            for t in [table, *tiles(m, k // 128)]:
+                try:
+                    us = graph_time([lambda l=l, x=xs[i % 4], t=t: ops.forward(l, x, tile=t) for i, l in enumerate(layers)])
+                except Exception as e:  # noqa: BLE001 -- a tile that does not compile is reported and skipped
+                    print(f"# {name} M={m} {t}: {type(e).__name__}", flush=True)
+                    continue
+                res.append((us, t))
+                with open(path, "a") as f:
+                    f.write(json.dumps({"shape": name, "N": n, "K": k, "M": m, "tile": str(t), "us": round(us, 2),
+                                        "table": t is table}) + "\n")
+            res.sort(key=lambda r: r[0])
+            print(f"{name} M={m}: table {res and [u for u, t in res if t is table]} best:", flush=True)
+            for us, t in res[:6]:
+                print(f"   {us:7.1f}  {t}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
