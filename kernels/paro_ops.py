@@ -98,19 +98,23 @@ def use_int8(cap: tuple[int, int]) -> bool:
 
 
 def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8: bool = False) -> Tile:
-    """Split-K tile for the decode band: ~4 programs per SM. W4A16 with M <= GEMV_MAX_M runs on
-    CUDA cores (gemv); above, and for W4A8, the tensor-core kind."""
-    # measured on the H200 (bench/RESULTS.md (paroquant)): gemv BN 64 beat 128 (63 vs 71 µs, gate_up
-    # M=1); deq BN 64 beat 128 at M=4..16 (87-90 vs 114-116 µs)
+    """Split-K tile for the decode band. W4A16 with M <= GEMV_MAX_M runs on CUDA cores (gemv);
+    above, and for W4A8, the tensor-core kind."""
+    # measured on the H200 (bench/sweep_paro_decode.py, RESULTS "paroquant"): both kinds are bound
+    # by load latency, so the tile that wins is the one that puts the most programs in flight. gemv:
+    # BN 16, 2 warps, no smem pipelining (stages 1), 4 groups per load: 57 vs 68 µs on gate_up M=1;
+    # where N / 16 cannot fill ~4 programs per SM (down, N=5120) BN 64 with split-K stays ahead (40 vs
+    # 43 µs). deq at M=2..16: split-K up to ~16 programs per SM (gate_up M=4: split 4, 70 vs 83 µs).
     gpi = 1
     if not i8 and m <= GEMV_MAX_M:
-        bm, bn, kind, stages = 1, 64, "gemv", 3
         gpi = next(x for x in (4, 2, 1) if groups % x == 0)
+        wide = n // 16 >= 4 * sms
+        bm, bn, warps, stages, kind, per_sm = (1, 16, 2, 1, "gemv", 4) if wide else (1, 64, 4, 3, "gemv", 4)
     else:
-        bm, bn, kind, stages = min(64, max(16, triton.next_power_of_2(m))), 64, "deq", 4
+        bm, bn, warps, stages, kind, per_sm = min(64, max(16, triton.next_power_of_2(m))), 64, 4, 4, "deq", 16
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    split = max(1, min(groups // 2, triton.cdiv(4 * sms, tiles), 16))
-    t = Tile(bm, bn, 4, stages, split, kind, gpi)
+    split = max(1, min(groups // 2, triton.cdiv(per_sm * sms, tiles), 16 if kind == "gemv" else 8))
+    t = Tile(bm, bn, warps, stages, split, kind, gpi)
     return fit_tile(t, smem_limit(cap)) if cap < (9, 0) else t
 
 

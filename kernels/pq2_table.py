@@ -135,7 +135,8 @@ CANDIDATES: dict[str, list[Tile]] = {
     "dp4a": [Tile(bn=32, bc=8, warps=8), Tile(bn=16, bc=8, warps=4), Tile(bn=64, bc=8, warps=8), Tile(bn=8, bc=16, warps=4),
              Tile(bn=16, bc=8, warps=4, splits=2)],
     "m1": [],
-    "small": [Tile(bn=256, bt=16, splits=s) for s in (1, 2, 4, 8)] + [Tile(bn=128, bt=16, splits=4)],
+    "small": [Tile(bn=256, bt=16, splits=s) for s in (1, 2, 4, 8)] + [Tile(bn=128, bt=16, splits=s) for s in (4, 8)]
+    + [Tile(bn=64, bt=16, splits=s) for s in (2, 4, 8)],  # more programs in flight: the paroquant deq lesson
     "mid": [Tile(bn=64, bt=64, splits=2), Tile(bn=64, bt=64)],
     "prefill": [Tile(bn=64, bt=128, warps=4), Tile(bn=64, bt=64, warps=4)],
     # Gluon mma_v2: bn = weight rows (16 x warps x k), bt = 8 or 16 tokens, bc = groups per loop step

@@ -63,7 +63,9 @@ def test_w4a8_below_ampere_is_refused_not_downgraded(monkeypatch):
 
 
 def test_decode_split_fills_the_gpu_and_respects_groups():
-    assert ops.decode_tile(1, 34816, 40, 132, (9, 0)).split == 1  # 544 column blocks: enough already
+    # gate_up: 2176 columns blocks of 16 fill the GPU; the measured wide-layer gemv tile
+    assert ops.decode_tile(1, 34816, 40, 132, (9, 0)) == ops.Tile(1, 16, 2, 1, 1, "gemv", 4)
+    assert ops.decode_tile(4, 34816, 40, 132, (9, 0)).split == 4  # 544 deq tiles -> ~16 programs per SM
     down = ops.decode_tile(1, 5120, 136, 132, (9, 0))
     assert down.split > 1 and (down.bm, down.kind) == (1, "gemv")
     assert ops.decode_tile(1, 5120, 136, 132, (9, 0), i8=True).kind == "deq"  # gemv is W4A16 only
