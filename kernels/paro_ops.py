@@ -102,14 +102,18 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
     above, and for W4A8, the tensor-core kind."""
     # measured on the H200 (bench/sweep_paro_decode.py, RESULTS "paroquant"): both kinds are bound
     # by load latency, so the tile that wins is the one that puts the most programs in flight. gemv:
-    # BN 16, 2 warps, no smem pipelining (stages 1), 4 groups per load: 57 vs 68 µs on gate_up M=1;
-    # where N / 16 cannot fill ~4 programs per SM (down, N=5120) BN 64 with split-K stays ahead (40 vs
-    # 43 µs). deq at M=2..16: split-K up to ~16 programs per SM (gate_up M=4: split 4, 70 vs 83 µs).
+    # BN 16, 2 warps, 4 groups per load: gate_up M=1 57 vs 68 µs (no smem stages: the grid is full),
+    # out 19 vs 23 µs (split 2, stages 2); down (136 groups, N=5120) keeps BN 64 split-K, 41 vs 44 µs.
+    # deq at M=2..16: split-K up to ~16 programs per SM (gate_up M=4: split 4, 70 vs 83 µs).
     gpi = 1
     if not i8 and m <= GEMV_MAX_M:
         gpi = next(x for x in (4, 2, 1) if groups % x == 0)
-        wide = n // 16 >= 4 * sms
-        bm, bn, warps, stages, kind, per_sm = (1, 16, 2, 1, "gemv", 4) if wide else (1, 64, 4, 3, "gemv", 4)
+        if n // 16 >= 4 * sms:
+            bm, bn, warps, stages, kind, per_sm = 1, 16, 2, 1, "gemv", 4
+        elif groups <= 64:
+            bm, bn, warps, stages, kind, per_sm = 1, 16, 2, 2, "gemv", 4
+        else:
+            bm, bn, warps, stages, kind, per_sm = 1, 64, 4, 3, "gemv", 4
     else:
         bm, bn, warps, stages, kind, per_sm = min(64, max(16, triton.next_power_of_2(m))), 64, 4, 4, "deq", 16
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)

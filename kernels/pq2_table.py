@@ -108,7 +108,7 @@ def tile_class(m: int) -> str:
 
 
 # measured winners per (device family, path, n, k, tile class): bench/RESULTS.md (pq2) (H200, 2026-11-29,
-# run 3: the fastest tile summed over the class's M values)
+# run 3: the fastest tile summed over the class's M values; run 4 re-swept the small band at M=2,8,16)
 _W8 = Tile(bn=64, bc=8, warps=8)
 _NARROW = Tile(bn=8, bc=16)
 _MID2 = Tile(bn=64, bt=64, splits=2)
@@ -118,9 +118,9 @@ _G16S4 = Tile(bn=128, bt=16, bc=2, splits=4)
 TUNED: dict[tuple[str, str, int, int, str], Tile] = {}
 for (_n, _k), (_m1, _small, _mid, _gluon) in {
     (34816, 5120): (_W8, Tile(bn=128, bt=16, splits=4), _MID2, _G16S4),  # gate_up
-    (5120, 17408): (_NARROW, Tile(bn=256, bt=16, splits=8), _MID2, _G16S4),  # down
+    (5120, 17408): (_NARROW, Tile(bn=128, bt=16, splits=8), _MID2, _G16S4),  # down (run 4)
     (14336, 5120): (_W8, Tile(bn=256, bt=16, splits=4), _MID1, Tile(bn=128, bt=8, bc=4, splits=4)),  # qkv
-    (5120, 6144): (_NARROW, Tile(bn=256, bt=16, splits=8), _MID2, _G16S4),  # out
+    (5120, 6144): (_NARROW, Tile(bn=128, bt=16, splits=8), _MID2, _G16S4),  # out (run 4)
     (248320, 5120): (_W8, Tile(bn=256, bt=16), _MID1, Tile(bn=128, bt=16, bc=2)),  # lm_head
 }.items():
     TUNED[("sm_90", "dp4a", _n, _k, "m1")] = _m1
