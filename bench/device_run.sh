@@ -8,7 +8,7 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 
 R=$PWD; OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 mkdir -p /tmp/rp/radiance && for f in $R/radiance/*; do ln -sf $f /tmp/rp/radiance/; done
 ln -sfn $R/kernels /tmp/rp/radiance/kernels; ln -sfn $R/quantize /tmp/rp/radiance/quantize
-export PYTHONPATH=/tmp/rp
+export PYTHONPATH=/tmp/rp:$R  # $R last: spawned test workers import their test module from it
 nvidia-smi -L; python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"
 ls $R/.whl/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-deps $R/.whl/*.whl 2>&1 | tail -1
 for step in "$@"; do
