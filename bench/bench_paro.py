@@ -21,7 +21,8 @@ import time
 
 import torch
 
-from timing import copy_bandwidth, graph_time  # bench/timing.py (run from the repo root or bench/)
+from baselines import gemlite_layer  # bench/ (run from the repo root or bench/)
+from timing import copy_bandwidth, graph_time
 
 from radiance.kernels import paro_ops as ops
 from radiance.kernels.triton import paro_random as rnd
@@ -67,18 +68,12 @@ def tinygemm_layers(n, k, count):
 
 
 def gemlite_layers(n, k, count, kind):
-    from gemlite.helper import A8Wn_HQQ_INT_dynamic, A16Wn
-
     out = []
     for _ in range(count):
         codes = torch.randint(0, 16, (n, k), dtype=torch.uint8, device="cuda")
-        sc = (torch.rand(n, k // 128, device="cuda") * 0.02 + 1e-3).to(torch.bfloat16)
-        zeros = torch.randint(2, 15, (n, k // 128), device="cuda").to(torch.bfloat16)
-        if kind == "a16w4":
-            gl = A16Wn(device="cuda", dtype=torch.bfloat16).from_weights(codes, sc, zeros, W_nbits=4, group_size=128)
-        else:
-            gl = A8Wn_HQQ_INT_dynamic(device="cuda", dtype=torch.bfloat16, W_nbits=4).from_weights(codes, sc, zeros)
-        out.append(gl)
+        sc = torch.rand(n, k // 128, device="cuda") * 0.02 + 1e-3
+        zeros = torch.randint(2, 15, (n, k // 128), device="cuda")
+        out.append(gemlite_layer(codes, sc, zeros, 4, a8=kind == "a8w4"))
     return out
 
 

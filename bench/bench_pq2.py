@@ -20,7 +20,8 @@ import time
 
 import torch
 
-from timing import copy_bandwidth, graph_time  # bench/timing.py (run from the repo root or bench/)
+from baselines import gemlite_layer  # bench/ (run from the repo root or bench/)
+from timing import copy_bandwidth, graph_time
 
 from radiance.kernels import pq2_ops
 from radiance.kernels.formats.pq2 import pack_ternary
@@ -48,20 +49,9 @@ def make_layers(n, k, count):
 
 
 def gemlite_layers(layers, kind):
-    import gemlite
-    from gemlite.helper import A8Wn_HQQ_INT_dynamic, A16Wn
-
-    out = []
-    for layer, codes in layers:
-        n, k = codes.shape
-        sc = layer.scales.to(torch.bfloat16)
-        zeros = torch.ones_like(sc)  # codes 0/1/2 with zero point 1: the ternary -1/0/+1
-        if kind == "a16w2":
-            gl = A16Wn(device="cuda", dtype=torch.bfloat16).from_weights(codes, sc, zeros, W_nbits=2, group_size=128)
-        else:
-            gl = A8Wn_HQQ_INT_dynamic(device="cuda", dtype=torch.bfloat16, W_nbits=2).from_weights(codes, sc, zeros)
-        out.append(gl)
-    return out
+    # codes 0/1/2 with zero point 1: the ternary -1/0/+1
+    return [gemlite_layer(codes, layer.scales, torch.ones_like(layer.scales), 2, a8=kind == "a8w2")
+            for layer, codes in layers]
 
 
 def main():

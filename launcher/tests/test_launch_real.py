@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ import yaml
 from radiance.healthchecks.state import read_state
 from radiance.launcher import demo
 from radiance.launcher.stack import load_stacks
+from radiance.testing.servers import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -37,12 +37,6 @@ def _die_with_parent() -> None:
     import ctypes
 
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _pgid_members(pgid: int) -> list[int]:
@@ -73,7 +67,7 @@ def demo_server(qwen_paro_dir, tmp_path_factory):
     # the example's demo stack, on a free port, pointing at the fixture's checkpoint, with one gated shape
     data = yaml.safe_load(EXAMPLE.read_text())
     stack = data["stacks"]["demo"]
-    stack.update(port=_free_port(), model=str(qwen_paro_dir), check_shapes=[O_PROJ])
+    stack.update(port=free_port(), model=str(qwen_paro_dir), check_shapes=[O_PROJ])
     stacks = tmp / "stacks.yaml"
     stacks.write_text(yaml.safe_dump({"version": 1, "stacks": {"demo": stack}}))
     load_stacks(stacks).get("demo")  # still valid under the schema

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from radiance import paths
+from radiance.testing.servers import stop
 from radiance.testing.tools import require, require_tool
 
 CONTAINERS_CONF = """\
@@ -136,12 +137,7 @@ def podman_client(podman_conf, tmp_path_factory):
             assert client.ping()
             yield client
     finally:
-        service.terminate()
-        try:
-            service.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            service.kill()
-            service.wait()
+        stop(service, 15, group=False)
 
 
 @pytest.fixture(scope="session")

@@ -87,17 +87,18 @@ def wait_healthy(proc: subprocess.Popen, base_url: str, log_path: Path, deadline
     raise TimeoutError(f"vLLM not healthy after {deadline_s:.0f} s; log {log_path}:\n{_tail(log_path)}")
 
 
-def stop(proc: subprocess.Popen, grace_s: float = 30) -> None:
-    """SIGTERM the server's process group, SIGKILL what is left after grace_s."""
-    if proc.poll() is None:
+def stop(proc: subprocess.Popen, grace_s: float = 30, group: bool = True) -> None:
+    """SIGTERM the process (its whole group when it leads one: a server's workers), SIGKILL what
+    is left after grace_s."""
+    def send(sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
+            os.killpg(proc.pid, sig) if group else proc.send_signal(sig)
+
+    if proc.poll() is None:
+        send(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-    with contextlib.suppress(ProcessLookupError):  # workers that outlived the leader
-        os.killpg(proc.pid, signal.SIGKILL)
+    send(signal.SIGKILL)  # group: workers that outlived the leader
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(10)
 
