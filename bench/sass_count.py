@@ -1,0 +1,69 @@
+"""Offline look at what a paroquant GEMM kind compiles to for sm_90, without the device: the
+TTGIR layout conversions inside the loop and the SASS instruction mix (loads by width, barriers,
+shared-memory traffic). Pointer and N/K arguments are marked 16-divisible as Triton's launcher
+specializes them at run time (without that the weight loads come out as 32-bit, not 128-bit).
+
+    python3 bench/sass_count.py gemv BN=16 GPI=4 --warps 2 --stages 1
+
+Use the device's Triton (3.6.0: the wheel in the package mirror, unpacked on PYTHONPATH); another
+version compiles other code. Needs nvdisasm (Triton's bundled one is used).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+
+from radiance.kernels.triton import paro_gemm
+
+SIG = {"A": "*fp32", "S": "*fp32", "RS": "*fp32", "W": "*i32", "SC": "*fp16", "D": "*i8", "Y": "*bf16",
+       "BIAS": "*fp32", "PART": "*fp32", "CNT": "*i32", "M": "i32", "N": "i32", "K": "i32", "G": "i32",
+       "pb1": "i32", "pb2": "i32", "gps": "i32", "SPLIT": "i32"}
+DEFAULTS = {"BM": 1, "BN": 16, "A_INT8": False, "NS": 1, "HAS_BIAS": False}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kind", choices=sorted(paro_gemm.KERNELS))
+    ap.add_argument("consts", nargs="*", help="NAME=int constexprs (BM, BN, GPI, NS, A_INT8, HAS_BIAS)")
+    ap.add_argument("--warps", type=int, default=4)
+    ap.add_argument("--stages", type=int, default=1)
+    args = ap.parse_args()
+    const = dict(DEFAULTS, NS=args.stages, **({"GPI": 1} if args.kind == "gemv" else {}))
+    for c in args.consts:
+        name, value = c.split("=")
+        const[name] = int(value)
+    sig = dict(SIG)
+    if args.kind != "gemv":
+        sig["W"] = "*u8"
+        sig["A"] = "*i8" if const["A_INT8"] else "*fp16"
+    names = list(sig)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n].startswith("*") or n in ("N", "K")}
+    src = triton.compiler.ASTSource(fn=paro_gemm.KERNELS[args.kind], constexprs=const, attrs=attrs,
+                                    signature={**sig, **{k: "constexpr" for k in const}})
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": args.warps, "num_stages": args.stages})
+    ttgir = k.asm["ttgir"]
+    loop = ttgir[ttgir.find("scf.for"):ttgir.find("scf.yield")]
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"])
+        f.flush()
+        nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+        sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+    ops = collections.Counter(m.group(1).split(".")[0]
+                              for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass))
+    loads = collections.Counter(re.findall(r"LDG\.E[.\w]*", sass))
+    print(f"triton {triton.__version__} {args.kind} {const} warps={args.warps} stages={args.stages}")
+    print(f"layout conversions in the loop (TTGIR): {loop.count('convert_layout')}")
+    print(f"SASS: {sum(ops.values())} instructions; global loads {dict(loads)}")
+    print("      " + ", ".join(f"{o} {ops[o]}" for o in ("LOP3", "FFMA", "FADD", "I2F", "BAR", "STS", "LDS", "LDGSTS")))
+
+
+if __name__ == "__main__":
+    main()
