@@ -105,17 +105,12 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
     # BN 16, 2 warps, 4 groups per load: gate_up M=1 57 vs 68 µs (no smem stages: the grid is full),
     # out 19 vs 23 µs (split 2, stages 2); down (136 groups, N=5120) keeps BN 64 split-K, 41 vs 44 µs.
     # deq at M=2..16: split-K up to ~16 programs per SM (gate_up M=4: split 4, 70 vs 83 µs).
-    gpi = 1
     if not i8 and m <= GEMV_MAX_M:
-        gpi = next(x for x in (4, 2, 1) if groups % x == 0)
-        if n // 16 >= 4 * sms:
-            bm, bn, warps, stages, kind, per_sm = 1, 16, 2, 1, "gemv", 4
-        elif groups <= 64:
-            bm, bn, warps, stages, kind, per_sm = 1, 16, 2, 2, "gemv", 4
-        else:
-            bm, bn, warps, stages, kind, per_sm = 1, 64, 4, 3, "gemv", 4
+        kind, bm, per_sm, gpi = "gemv", 1, 4, next(x for x in (4, 2, 1) if groups % x == 0)
+        bn, warps, stages = (16, 2, 1) if n // 16 >= 4 * sms else (16, 2, 2) if groups <= 64 else (64, 4, 3)
     else:
-        bm, bn, warps, stages, kind, per_sm = min(64, max(16, triton.next_power_of_2(m))), 64, 4, 4, "deq", 16
+        kind, bm, per_sm, gpi = "deq", min(64, max(16, triton.next_power_of_2(m))), 16, 1
+        bn, warps, stages = 64, 4, 4
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     split = max(1, min(groups // 2, triton.cdiv(per_sm * sms, tiles), 16 if kind == "gemv" else 8))
     t = Tile(bm, bn, warps, stages, split, kind, gpi)
