@@ -220,8 +220,9 @@ def bench_prologue(gen, emit):
         tab = pr.build_tables([rnd.rotation_of(x) for x in t])
         for m in (1, 16, 2048):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            for mode, label in ((pr.F16G, "prologue_f16"), (pr.I8G, "prologue_i8")):
-                out = (torch.empty(parts, m, k, device="cuda", dtype=torch.float16 if mode == pr.F16G else torch.int8),
+            for mode, label in ((pr.F16G, "prologue_f16"), (pr.I8G, "prologue_i8"), (pr.ROT32P, "prologue_rot32p")):
+                dt = {pr.F16G: torch.float16, pr.I8G: torch.int8, pr.ROT32P: torch.float32}[mode]
+                out = (torch.empty(parts, m, k, device="cuda", dtype=dt),
                        torch.empty(parts, m, k // 128, device="cuda"), torch.empty(parts, m, k // 128, device="cuda"))
                 us = graph_time([lambda: pr.rotate(x, tab, mode, out)] * 20)
                 emit({"path": label, "N": None, "K": k, "M": m, "P": parts, "us": round(us, 2), "roofline_us": None,

@@ -4,6 +4,7 @@ shared-memory traffic). Pointer and N/K arguments are marked 16-divisible as Tri
 specializes them at run time (without that the weight loads come out as 32-bit, not 128-bit).
 
     python3 bench/sass_count.py gemv BN=16 GPI=4 --warps 2 --stages 1
+    python3 bench/sass_count.py gemv_gl R=2 GPI=2 PREFETCH=1 --warps 2 --sm 86
 
 Use the device's Triton (3.6.0: the wheel in the package mirror, unpacked on PYTHONPATH); another
 version compiles other code. Needs nvdisasm (Triton's bundled one is used).
@@ -31,24 +32,35 @@ DEFAULTS = {"BM": 1, "BN": 16, "A_INT8": False, "NS": 1, "HAS_BIAS": False}
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("kind", choices=sorted(paro_gemm.KERNELS))
+    ap.add_argument("kind", choices=sorted(paro_gemm.KERNELS) + ["gemv_gl"])
     ap.add_argument("consts", nargs="*", help="NAME=int constexprs (BM, BN, GPI, NS, A_INT8, HAS_BIAS)")
     ap.add_argument("--warps", type=int, default=4)
     ap.add_argument("--stages", type=int, default=1)
+    ap.add_argument("--sm", type=int, default=90, help="compute capability to compile for (75, 86, 90)")
     args = ap.parse_args()
-    const = dict(DEFAULTS, NS=args.stages, **({"GPI": 1} if args.kind == "gemv" else {}))
+    if args.kind == "gemv_gl":
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        from radiance.kernels.triton.paro_gemv_gluon import paro_gemv_gl
+        fn, source, const = paro_gemv_gl, GluonASTSource, {"MR": 1, "R": 2, "GPI": 1, "WARPS": args.warps, "PREFETCH": 1,
+                                                          "HAS_BIAS": False}
+    else:
+        fn, source = paro_gemm.KERNELS[args.kind], triton.compiler.ASTSource
+        const = dict(DEFAULTS, NS=args.stages, **({"GPI": 1} if args.kind == "gemv" else {}))
     for c in args.consts:
         name, value = c.split("=")
         const[name] = int(value)
-    sig = dict(SIG)
-    if args.kind != "gemv":
+    sig = {n: t for n, t in SIG.items() if args.kind != "gemv_gl" or n not in ("S", "BIAS")} | (
+        {"BIAS": "*fp32"} if args.kind == "gemv_gl" else {})
+    if args.kind == "gemv_gl":
+        sig = {n: sig[n] for n in paro_gemv_gl.arg_names if n in sig}
+    if args.kind not in ("gemv", "gemv_gl"):
         sig["W"] = "*u8"
         sig["A"] = "*i8" if const["A_INT8"] else "*fp16"
     names = list(sig)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n].startswith("*") or n in ("N", "K")}
-    src = triton.compiler.ASTSource(fn=paro_gemm.KERNELS[args.kind], constexprs=const, attrs=attrs,
-                                    signature={**sig, **{k: "constexpr" for k in const}})
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": args.warps, "num_stages": args.stages})
+    src = source(fn=fn, constexprs=const, attrs=attrs, signature={**sig, **{k: "constexpr" for k in const}})
+    k = triton.compile(src, target=GPUTarget("cuda", args.sm, 32), options={"num_warps": args.warps, "num_stages": args.stages})
     ttgir = k.asm["ttgir"]
     loop = ttgir[ttgir.find("scf.for"):ttgir.find("scf.yield")]
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -56,11 +68,14 @@ def main() -> None:
         f.flush()
         nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
         sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+        res = subprocess.run([nvdisasm.replace("nvdisasm", "cuobjdump"), "-res-usage", f.name],
+                             capture_output=True, text=True, check=True).stdout
+        usage = " ".join(re.findall(r"(REG:\d+|STACK:\d+|SHARED:\d+|LOCAL:\d+)", res))
     ops = collections.Counter(m.group(1).split(".")[0]
                               for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass))
     loads = collections.Counter(re.findall(r"LDG\.E[.\w]*", sass))
     print(f"triton {triton.__version__} {args.kind} {const} warps={args.warps} stages={args.stages}")
-    print(f"layout conversions in the loop (TTGIR): {loop.count('convert_layout')}")
+    print(f"layout conversions in the loop (TTGIR): {loop.count('convert_layout')}; {usage}")
     print(f"SASS: {sum(ops.values())} instructions; global loads {dict(loads)}")
     print("      " + ", ".join(f"{o} {ops[o]}" for o in ("LOP3", "FFMA", "FADD", "I2F", "BAR", "STS", "LDS", "LDGSTS")))
 

@@ -1,4 +1,4 @@
-"""Decode-band tile sweep for the paroquant GEMMs (one device call): every gemv tile at M=1 and
+"""Decode-band tile sweep for the paroquant GEMMs (one device call): every gemv tile (Gluon `gemv_gl` by default, `--kinds` for the Triton one) at M=1 and
 every deq split/BN at M=4 and 16 on the large shapes, whole forward (prologue + GEMM) timed as in
 bench_paro.py (CUDA graph, weight copies > L2). Prints one line per tile and the best per shape.
 
@@ -21,12 +21,21 @@ from timing import graph_time
 from radiance.kernels import paro_ops as ops
 
 
-def tiles(m: int, groups: int):
-    if m == 1:
+def tiles(m: int, groups: int, kinds: str):
+    if m == 1 and "gemv_gl" in kinds:  # BN = R columns per thread x 8 lanes x warps; stages - 1 = prefetch level
+        for (r, warps), stages, gpi, split in itertools.product(((1, 2), (2, 2), (4, 2), (1, 4), (2, 4), (4, 4), (2, 1)),
+                                                                (2, 3), (1, 2), (2, 3, 4, 6, 8)):
+            if groups % gpi == 0:
+                yield ops.Tile(1, 8 * r * warps, warps, stages, split, "gemv_gl", gpi)
+    if 1 < m <= 4 and "gemv_gl" in kinds:  # MR rows per program share each decoded weight word
+        for mr, (r, warps), stages, split in itertools.product((2,) if m == 2 else (2, 4),
+                                                               ((1, 4), (2, 4), (2, 2), (4, 4)), (2, 3), (2, 4, 6, 8)):
+            yield ops.Tile(mr, 8 * r * warps, warps, stages, split, "gemv_gl", 1)
+    if m == 1 and "gemv," in kinds + ",":
         for bn, warps, stages, gpi, split in itertools.product((16, 32, 64), (2, 4), (1, 2), (1, 2, 4), (1, 2)):
             if groups % gpi == 0 and bn * 16 >= 32 * warps:
                 yield ops.Tile(1, bn, warps, stages, split, "gemv", gpi)
-    else:
+    if m > 1 and "deq" in kinds:
         bm = max(16, 1 << (m - 1).bit_length())
         for bn, warps, stages, split in itertools.product((32, 64, 128), (4,), (3, 4), (1, 2, 4)):
             yield ops.Tile(bm, bn, warps, stages, split, "deq")
@@ -37,6 +46,7 @@ def main() -> None:
     ap.add_argument("--out", default=".")
     ap.add_argument("--shapes", default="gate_up,down")
     ap.add_argument("--ms", default="1,4")
+    ap.add_argument("--kinds", default="gemv_gl", help="kinds swept (comma list): gemv_gl (M <= 4), gemv (M = 1), deq (M > 1)")
     args = ap.parse_args()
     gen = torch.Generator(device="cuda").manual_seed(0)
     path = os.path.join(args.out, "sweep-paro.jsonl")
@@ -48,8 +58,11 @@ def main() -> None:
         for m in map(int, args.ms.split(",")):
             xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
             table = ops.tile_for(layers[0], m)
+            os.environ["RADIANCE_PQ_GEMV"] = "triton"  # the plain Triton gemv's table tile: the paired "before"
+            before = [ops.decode_tile(m, n, k // 128, layers[0].sms, layers[0].cap)] if m == 1 else []
+            os.environ.pop("RADIANCE_PQ_GEMV")
             res = []
-            for t in [table, *tiles(m, k // 128)]:
+            for t in [table, *before, *tiles(m, k // 128, args.kinds)]:
                 try:
                     us = graph_time([lambda l=l, x=xs[i % 4], t=t: ops.forward(l, x, tile=t) for i, l in enumerate(layers)])
                 except Exception as e:  # noqa: BLE001 -- a tile that does not compile is reported and skipped

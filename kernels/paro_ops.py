@@ -18,6 +18,7 @@ MMA on (c - 8) with fp16 activations scaled per (row, group) by a power of two: 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -28,7 +29,8 @@ from radiance.kernels.triton import paro_gemm, paro_rotate
 from radiance.knobs import knob, knob_int
 
 MAX_PARTS = 3
-GEMV_MAX_M = 1  # W4A16 rows up to this run the CUDA-core gemv (one program per row)
+GEMV_MAX_M = 1  # W4A16 rows up to this run the Triton CUDA-core gemv (one program per row)
+GEMV_GL_MAX_M = 2  # ... and up to this the Gluon one (all rows in one program)
 SMEM_LIMIT = {(7, 5): 64 * 1024, (8, 0): 163 * 1024, (8, 6): 99 * 1024, (8, 9): 99 * 1024, (9, 0): 227 * 1024}
 
 
@@ -39,7 +41,7 @@ class Tile:
     warps: int
     stages: int
     split: int = 1
-    kind: str = "deq"  # paro_gemm.KERNELS: "deq" | "fold" | "gemv"
+    kind: str = "deq"  # "deq" | "fold" | "gemv" (paro_gemm.KERNELS) | "gemv_gl" (paro_gemv_gluon)
     gpi: int = 1  # K groups per loop iteration (gemv only; divides the layer's group count)
 
 
@@ -47,12 +49,15 @@ def prologue_mode(kind: str, i8: bool) -> int:
     """The activation format each GEMM kind reads (paro_rotate's output modes)."""
     if i8:
         return paro_rotate.I8G
-    return {"deq": paro_rotate.PLAIN, "fold": paro_rotate.F16G, "gemv": paro_rotate.ROT32}[kind]
+    return {"deq": paro_rotate.PLAIN, "fold": paro_rotate.F16G, "gemv": paro_rotate.ROT32P, "gemv_gl": paro_rotate.ROT32P}[kind]
 
 
 def smem_bytes(t: Tile, act_bytes: int) -> int:
     """Shared memory the GEMM asks for: pipelined weight + activation tiles per stage, plus the
-    dequantized weight operand staged once."""
+    dequantized weight operand staged once. The Gluon gemv keeps everything in registers (1 KB
+    for its final cross-warp sum)."""
+    if t.kind == "gemv_gl":
+        return 1024
     return t.stages * (t.bn * 64 + t.bm * GROUP_SIZE * act_bytes) + t.bn * GROUP_SIZE * act_bytes
 
 
@@ -97,22 +102,44 @@ def use_int8(cap: tuple[int, int]) -> bool:
     return raw == "1"
 
 
+def gemv_kind() -> str:
+    """The M=1 W4A16 kernel: Gluon on a GPU; the plain Triton one where Gluon cannot run (the
+    CPU interpreter) or when RADIANCE_PQ_GEMV=triton asks for it (paired before/after runs)."""
+    raw = knob("RADIANCE_PQ_GEMV")
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    if raw in (None, ""):
+        return "gemv" if interpret else "gemv_gl"
+    if raw not in ("gluon", "triton"):
+        raise ValueError(f"RADIANCE_PQ_GEMV={raw!r}: use gluon, triton or leave it unset")
+    if raw == "gluon" and interpret:
+        raise ValueError("RADIANCE_PQ_GEMV=gluon: the Triton interpreter cannot run Gluon kernels; "
+                         "unset it or use triton")
+    return "gemv" if raw == "triton" else "gemv_gl"
+
+
 def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8: bool = False) -> Tile:
-    """Split-K tile for the decode band. W4A16 with M <= GEMV_MAX_M runs on CUDA cores (gemv);
-    above, and for W4A8, the tensor-core kind."""
+    """Split-K tile for the decode band. W4A16 with M <= GEMV_GL_MAX_M (Gluon) or GEMV_MAX_M
+    (plain Triton) runs on CUDA cores; above, and for W4A8, the tensor-core kind."""
     # measured on the H200 (bench/sweep_paro_decode.py, RESULTS "paroquant"): both kinds are bound
-    # by load latency, so the tile that wins is the one that puts the most programs in flight. gemv:
-    # BN 16, 2 warps, 4 groups per load: gate_up M=1 57 vs 68 µs (no smem stages: the grid is full),
-    # out 19 vs 23 µs (split 2, stages 2); down (136 groups, N=5120) keeps BN 64 split-K, 41 vs 44 µs.
-    # deq at M=2..16: split-K up to ~16 programs per SM (gate_up M=4: split 4, 70 vs 83 µs).
-    if not i8 and m <= GEMV_MAX_M:
-        kind, bm, per_sm, gpi = "gemv", 1, 4, next(x for x in (4, 2, 1) if groups % x == 0)
+    # by load latency, so the tile that wins is the one that puts the most loads in flight. Gluon gemv
+    # (run 3 sweep): 2 columns x 4 words per thread, 4 warps, everything of the next group prefetched
+    # (stages 3), ~12 programs per SM by split-K (gate_up 42.9 µs with BN 128 split 6; down 29.1,
+    # out 14.6 with BN 64 split 8; 2 groups per step lost everywhere); at M=2 two rows per program
+    # share each decoded word (BN 128, weights prefetched: gate_up 58.4 vs deq 69.6 µs, down 37.2 vs
+    # 43.2), at M=3, 4 deq wins (gate_up 70.5 vs 95.2). Triton gemv: BN 16, 2 warps,
+    # 4 groups per load. deq at M=2..16: split-K up to ~16 programs per SM (gate_up M=4: split 4,
+    # 70 vs 83 µs).
+    if not i8 and m <= GEMV_GL_MAX_M and gemv_kind() == "gemv_gl":
+        kind, bm, per_sm, gpi, cap_split = "gemv_gl", m, 12, 1, 8
+        bn, warps, stages = (128 if m > 1 or n // 64 >= 4 * sms else 64), 4, 3 if m == 1 else 2
+    elif not i8 and m <= GEMV_MAX_M:
+        kind, bm, per_sm, gpi, cap_split = "gemv", 1, 4, next(x for x in (4, 2, 1) if groups % x == 0), 16
         bn, warps, stages = (16, 2, 1) if n // 16 >= 4 * sms else (16, 2, 2) if groups <= 64 else (64, 4, 3)
     else:
-        kind, bm, per_sm, gpi = "deq", min(64, max(16, triton.next_power_of_2(m))), 16, 1
+        kind, bm, per_sm, gpi, cap_split = "deq", min(64, max(16, triton.next_power_of_2(m))), 16, 1, 8
         bn, warps, stages = 64, 4, 4
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    split = max(1, min(groups // 2, triton.cdiv(per_sm * sms, tiles), 16 if kind == "gemv" else 8))
+    split = max(1, min(groups // 2, triton.cdiv(per_sm * sms, tiles), cap_split))
     t = Tile(bm, bn, warps, stages, split, kind, gpi)
     return fit_tile(t, smem_limit(cap)) if cap < (9, 0) else t
 
@@ -278,7 +305,7 @@ def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
         y = _scratch_forward(layer, x, bias)
     else:
         t = tile or tile_for(layer, m)  # `tile` overrides the table (benchmark sweeps, tests)
-        if layer.i8 and t.kind == "gemv":
+        if layer.i8 and t.kind in ("gemv", "gemv_gl"):
             raise ValueError("paroquant: the gemv kind is W4A16 only")
         a, s, rs = paro_rotate.rotate(x, layer.tables, prologue_mode(t.kind, layer.i8))
         y = gemm_rotated(layer, a, s, rs, x.dtype, t, bias)

@@ -69,6 +69,8 @@ KNOBS: dict[str, Knob] = {
              "gfx1201: int8 activations on the int8 WMMA instead of fp8. NVIDIA sm_80+: W4A8 (int8 per-group activations, int8 tensor-core GEMM) instead of W4A16.", "-i8"),
         Knob("RADIANCE_PQ_SCRATCH_GEMM", None, False,
              "NVIDIA paroquant prefill: `1` dequantizes the weight to an fp16 scratch and runs cuBLAS, `0` keeps the fused Triton GEMM; unset = scratch below sm_80 only."),
+        Knob("RADIANCE_PQ_GEMV", None, False,
+             "NVIDIA paroquant M=1 GEMV: `gluon` (explicit layouts, no shared-memory round trips) or `triton` (the plain Triton kernel, the one the CPU interpreter runs); unset = `gluon` on a GPU, `triton` under `TRITON_INTERPRET=1`."),
         Knob("RADIANCE_PQ_PG", "0", True,
              "gfx1201: per-group activation scales on the A-tiled prefill band.", "-pg"),
         Knob("RADIANCE_PQ_ZPE", "0", True,

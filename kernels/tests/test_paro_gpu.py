@@ -22,8 +22,9 @@ pytestmark = pytest.mark.gpu
 SHAPES = {  # name: partition sizes along N (merged linears have several), K
     "gate_up": ([34816], 5120), "down": ([5120], 17408), "qkv": ([14336], 5120), "out": ([5120], 6144),
     "qkv_P3": ([12288, 1024, 1024], 5120), "gate_up_P2": ([17408, 17408], 5120),
+    "odd_n": ([1000], 1280),  # N a multiple of no tile, 10 groups
 }
-MS = (1, 3, 13, 16, 33, 64, 65, 511, 2048)
+MS = (1, 2, 3, 13, 16, 33, 64, 65, 511, 2048)
 REAL = Path(__file__).resolve().parents[2] / ".paro_real" / "qwen05b_layer0.safetensors"
 
 
@@ -101,7 +102,7 @@ def test_gemm_every_shape_and_odd_m(shape, i8, gen):
 
 
 @pytest.mark.parametrize("i8", [False, True], ids=["W4A16", "W4A8"])
-@pytest.mark.parametrize("shape", ["down", "qkv_P3"])
+@pytest.mark.parametrize("shape", ["down", "qkv_P3", "odd_n"])
 def test_every_kernel_kind(shape, i8, gen):
     """Each GEMM kind and tile the benchmark may pick, forced, on a split-K and a merged shape."""
     from radiance.kernels import paro_ops as ops
@@ -119,6 +120,11 @@ def test_every_kernel_kind(shape, i8, gen):
                  ops.Tile(64, 128, 4, 4, split, "deq"), ops.Tile(128, 64, 4, 4, 1, "fold")]
         if not i8:
             tiles += [ops.Tile(1, bn, w, 3, split, "gemv") for bn, w in ((64, 4), (128, 4), (256, 8))]
+            tiles += [ops.Tile(1, bn, w, st, sp, "gemv_gl", gpi) for bn, w, st, sp, gpi in
+                      ((16, 2, 1, 1, 1), (32, 2, 2, split, 1), (64, 2, 3, split, 2), (128, 4, 3, split, 2),
+                       (16, 1, 2, 1, 1))]
+            tiles += [ops.Tile(mr, bn, w, st, split, "gemv_gl") for mr, bn, w, st in
+                      ((2, 32, 2, 2), (4, 64, 4, 2), (2, 64, 4, 3), (4, 32, 4, 3))]
         for t in tiles:
             err = rnd.rel(ops.forward(layer, x, tile=t), ref)
             assert err <= 2e-3, f"{shape} M={m} {t}: rel {err:.2e}"

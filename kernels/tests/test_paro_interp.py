@@ -48,6 +48,14 @@ def _main() -> None:
     a, _, _ = pr.rotate(x, tab, pr.ROT32)
     check("prologue fp32", rnd.rel(a[0], reference.rotate(x, t.pairs, t.theta, t.channel_scales)), 1e-5)
 
+    ap, _, rsp = pr.rotate(x, tab, pr.ROT32P)  # the gemv's plane order: a permutation and powers of two, exact
+    c = torch.arange(128)
+    j = 2 * (c % 4) + c // 64
+    want = torch.empty_like(a[0]).view(3, -1, 128)
+    want[:, :, j * 16 + (c % 64) // 4] = a[0].view(3, -1, 128) * torch.pow(16.0, -(j % 4).float())
+    check("prologue plane order (exact)", float((ap[0] - want.view(3, -1)).abs().max()), 0)
+    check("prologue plane order row sums", rnd.rel(rsp[0], a[0].view(3, -1, 128).sum(-1)), 1e-6)
+
     q, s, rs = pr.rotate(x, tab, pr.I8G)
     qr, sr = reference.quant_int8_group(reference.rotate(x, t.pairs, t.theta, t.channel_scales))
     flips = int((q[0].int() - qr.int()).abs().gt(0).sum())

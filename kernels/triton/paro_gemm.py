@@ -172,18 +172,19 @@ def _paro_gemv_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
                       BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr, NS: tl.constexpr,
                       HAS_BIAS: tl.constexpr, GPI: tl.constexpr):
     # kind "gemv" (W4A16, one row of x per program, BM = 1): CUDA cores on fp32 rotated
-    # activations (RS = their group sums, from the prologue). The weight is read as int32 words:
-    # nibble j of word t holds k = (j % 2) * 64 + 4t + j // 2. No int->float conversion (I2F runs
-    # at 1/8 of the FMA rate): nibble j sits at bit 4*(j%4) of w (j < 4) or of w >> 16, and OR-ing
-    # 2^23's exponent over it gives the fp32 2^23 + c*16^(j%4) exactly (ulp 1 there), so one
-    # and-or, one subtract and an FMA with a_j / 16^(j%4) per weight. GPI groups per iteration, in
-    # one [GPI, BN, 16] load: the loop is bound by load latency, not issue, so more bytes per trip.
+    # activations in plane order (prologue mode ROT32P; RS = their group sums). The weight is read
+    # as int32 words: nibble j of word t holds k = (j % 2) * 64 + 4t + j // 2. No int->float
+    # conversion (I2F runs at 1/8 of the FMA rate): nibble j sits at bit 4*(j%4) of w (j < 4) or of
+    # w >> 16, and OR-ing 2^23's exponent over it gives the fp32 2^23 + c*16^(j%4) exactly (ulp 1
+    # there); the prologue already divided plane j by 16^(j%4), so one and-or, one subtract and an
+    # FMA per weight. GPI groups per iteration, in one [GPI, BN, 16] load.
     # Per group t = sum_j c_j * a_j elementwise, acc += sc * t; the zero point folds as sc * zp * RS.
+    # (paro_gemv_gluon.py is the same algorithm with its layouts stated: no shared-memory round trips.)
     prt, offs_m, offs_n, mmask, nmask, g0, g1, tile = _program_tile(M, N, G, pb1, pb2, gps, 1, BN)
     pid_m = tl.program_id(0)
     offs_w = tl.arange(0, 16)
     offs_i = tl.arange(0, GPI)
-    a_row = A + prt * M * K + pid_m * K + offs_w[None, :] * 4 + offs_i[:, None] * 128  # [GPI, 16]
+    a_row = A + prt * M * K + pid_m * K + offs_w[None, :] + offs_i[:, None] * 128  # [GPI, 16] of a plane
     rs_row = RS + prt * M * G + pid_m * G + offs_i
     w_base = W + offs_i[:, None, None] * N * 16 + offs_n[None, :, None] * 16 + offs_w[None, None, :]
     gn = offs_i[:, None] * N + offs_n[None, :]  # [GPI, BN] into SC and D
@@ -195,7 +196,7 @@ def _paro_gemv_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
         wh = w >> 16
         t = tl.zeros((GPI, BN, 16), dtype=tl.float32)
         for j in tl.static_range(8):
-            a_j = tl.load(a_row + g * 128 + (j % 2) * 64 + j // 2) * (1.0 / (1 << (4 * (j % 4))))
+            a_j = tl.load(a_row + g * 128 + j * 16)
             src = w if j < 4 else wh
             q = ((src & (15 << (4 * (j % 4)))) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
             t += q * a_j[:, None, :]
@@ -217,7 +218,7 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
     (+ s/rs [P, M, G] for the folded kinds)."""
     _, m, k = a.shape
     g, n, _ = wb.shape
-    if g % gpi or (gpi > 1 and kind != "gemv"):
+    if g % gpi or (gpi > 1 and kind not in ("gemv", "gemv_gl")):
         raise ValueError(f"paroquant {kind}: {gpi} groups per iteration must divide the {g} groups (gemv only)")
     gps = triton.cdiv(triton.cdiv(g, split), gpi) * gpi
     split = triton.cdiv(g, gps)
@@ -230,10 +231,22 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
             "reserve it with radiance.kernels.paro_ops.reserve_scratch before graph capture")
     s = part if s is None else s  # unused by the kinds that take no activation scales / sums
     rs = part if rs is None else rs
-    if kind == "gemv":
-        if bm != 1:
-            raise ValueError("paroquant gemv takes one row per program (bm=1)")
+    if kind == "gemv" and bm != 1:
+        raise ValueError("paroquant gemv takes one row per program (bm=1)")
+    if kind == "gemv_gl" and bm not in (1, 2, 4):
+        raise ValueError(f"paroquant gemv_gl takes 1, 2 or 4 rows per program, not bm={bm}")
+    if kind in ("gemv", "gemv_gl"):
         wb = wb.view(torch.int32)  # the same bytes as words [G, N, 16]
+    if kind == "gemv_gl":
+        from radiance.kernels.triton.paro_gemv_gluon import paro_gemv_gl  # Gluon: imported only where it runs
+
+        if bn % (8 * num_warps):
+            raise ValueError(f"paroquant gemv_gl: BN={bn} must be a multiple of 8 x {num_warps} warps")
+        paro_gemv_gl[grid](a, rs, wb, sc, d, y, part if bias is None else bias, part, cnt,
+                           m, n, k, g, pb1, pb2, gps, split,
+                           MR=bm, R=bn // (8 * num_warps), GPI=gpi, WARPS=num_warps, PREFETCH=min(2, num_stages - 1),
+                           HAS_BIAS=bias is not None, num_warps=num_warps)
+        return y
     extra = {"GPI": gpi} if kind == "gemv" else {}
     KERNELS[kind][grid](a, s, rs, wb, sc, d, y, part if bias is None else bias, part, cnt,
                         m, n, k, g, pb1, pb2, gps, split,

@@ -14,6 +14,10 @@ Output modes (OUT_MODE):
 - 2 I8G:   int8 per (row, group), S = amax/127, q = clamp(rne(x / S), +-127), RS = integer sum of
            q (exact in fp32) -- reference.quant_int8_group's numerics; the GEMM's W4A8 input.
 - 3 PLAIN: the rotated activations cast to fp16 with no scale (dequant-to-scratch + cuBLAS path).
+- 4 ROT32P: ROT32 in the gemv's plane order: within each group, plane j (= the j-th nibble of the
+           gemv's weight words) holds its 16 activations contiguously, pre-multiplied by the power
+           of two 16^-(j % 4) the nibble's bit position carries (exact), so the gemv loads each
+           plane as one vector and multiplies by nothing. RS = the unscaled group sums.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import triton
 import triton.language as tl
 
 GROUP = 128
-ROT32, F16G, I8G, PLAIN = 0, 1, 2, 3
+ROT32, F16G, I8G, PLAIN, ROT32P = 0, 1, 2, 3, 4
 _RNE_MAGIC = 12582912.0  # 1.5 * 2^23: (v + m) - m rounds |v| < 2^22 to nearest even in fp32
 
 
@@ -109,6 +113,13 @@ def _rotate_kernel(X, PARTNER, COS, SSIN, CS, A, S, RS,
     if OUT_MODE == 0:
         tl.store(out, x, mask=rmask[:, None])
         tl.store(RS + p * M * G + rows * G + g, tl.sum(x, axis=1), mask=rmask)
+    elif OUT_MODE == 4:
+        # channel c = h*64 + 4t + i is nibble j = 2i + h of gemv word t (paro_gemm's layout)
+        j = 2 * (cols % 4) + cols // 64
+        dest = A + p * M * K + rows[:, None] * K + g * 128 + (j * 16 + (cols % 64) // 4)[None, :]
+        scale = ((127 - 4 * (j % 4)) << 23).to(tl.float32, bitcast=True)  # 16^-(j % 4), built exactly
+        tl.store(dest, x * scale[None, :], mask=rmask[:, None])
+        tl.store(RS + p * M * G + rows * G + g, tl.sum(x, axis=1), mask=rmask)
     elif OUT_MODE == 3:
         tl.store(out, x.to(tl.float16), mask=rmask[:, None])
     else:
@@ -135,7 +146,7 @@ def _rotate_kernel(X, PARTNER, COS, SSIN, CS, A, S, RS,
         tl.store(RS + sg, rs, mask=rmask)
 
 
-_OUT_DTYPE = {ROT32: torch.float32, F16G: torch.float16, I8G: torch.int8, PLAIN: torch.float16}
+_OUT_DTYPE = {ROT32: torch.float32, F16G: torch.float16, I8G: torch.int8, PLAIN: torch.float16, ROT32P: torch.float32}
 
 
 def rows_per_program(m: int) -> int:
@@ -145,7 +156,7 @@ def rows_per_program(m: int) -> int:
 def rotate(x: torch.Tensor, tables: RotTables, mode: int,
            out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
     """x [M, K] (bf16/fp16/fp32) -> (A [P, M, K], S [P, M, G] fp32, RS [P, M, G] fp32).
-    S is None in ROT32 and PLAIN modes, RS in PLAIN."""
+    S is None in ROT32(P) and PLAIN modes, RS in PLAIN."""
     if x.dim() != 2 or x.shape[1] != tables.k:
         raise ValueError(f"paroquant prologue: x must be [M, {tables.k}], got {list(x.shape)}")
     if x.stride(1) != 1:
@@ -166,6 +177,6 @@ def rotate(x: torch.Tensor, tables: RotTables, mode: int,
                          num_warps=4 if bm >= 8 else 2)
     if mode == PLAIN:
         return a, None, None
-    if mode == ROT32:
+    if mode in (ROT32, ROT32P):
         return a, None, rs
     return a, s, rs

@@ -1,0 +1,155 @@
+"""The paroquant decode GEMV in Gluon: `paro_gemm`'s gemv algorithm with every layout stated.
+
+Why Gluon: plain Triton picks each load's layout from its pointer's contiguity, so the activation
+planes and the scales (broadcast over columns) came out in layouts other than the weight tile's
+slices and were converted through shared memory, 9 barriers per loop step (bench/sass_count.py);
+the loop waited on those round trips, not on the weight stream. Here one 3-D layout L3 over
+[GPI groups, BN columns, 16 words] (L4 minus its row axis) is the home of everything: the weights load in it, each
+activation plane loads in its column slice (each thread fetches the 4 words' planes it needs,
+the 8 lanes of a row share one transaction) and the scales in its word slice, so nothing moves
+between threads until the final reduction.
+
+The layout trick: a thread holds R consecutive columns x 4 consecutive words (one 16-byte load per
+column), so every activation it loads is reused R times from registers, and MR rows of x
+(M = 2..4 in one program) so every weight word it decodes is reused MR times. Weights of the next step
+are loaded before this step's arithmetic (PREFETCH=1; 2 also the activations and scales), the only
+pipelining a register-only loop has.
+Arithmetic as in paro_gemm: nibble -> 2^23 + c*16^s by OR-ing an exponent (exact), one subtract,
+one FMA with the plane-ordered, pre-scaled activation (prologue mode ROT32P); per group
+acc += sc * t and the zero point folds as sc * zp * RS / 16 per word (exact: a power of two) so
+every term lives in the one layout. Split-K as `paro_gemm._finish`:
+partials to fp32 scratch, an atomic ticket, the last program sums in split order.
+No tensor-core or sm_90-only instruction: plain loads, integer ops and FMAs.
+"""
+from triton.experimental import gluon  # noqa: I001
+from triton.experimental.gluon import language as gl
+
+
+@gluon.jit
+def _nibble_2p23(w, s: gl.constexpr):
+    # (w & (15 << 4s)) | 0x4B000000 as fp32 = 2^23 + c * 16^s, in one LOP3 (ptxas emits two for the
+    # plain expression)
+    if s == 0:
+        asm: gl.constexpr = "lop3.b32 $0, $1, 0x0000000F, 0x4B000000, 0xEA;"
+    elif s == 1:
+        asm: gl.constexpr = "lop3.b32 $0, $1, 0x000000F0, 0x4B000000, 0xEA;"
+    elif s == 2:
+        asm: gl.constexpr = "lop3.b32 $0, $1, 0x00000F00, 0x4B000000, 0xEA;"
+    else:
+        asm: gl.constexpr = "lop3.b32 $0, $1, 0x0000F000, 0x4B000000, 0xEA;"
+    return gl.inline_asm_elementwise(asm, "=r,r", [w], dtype=gl.float32, is_pure=True, pack=1)
+
+
+@gluon.jit
+def _group_loads(W, SC, D, a_ptr, a_mask, rs_ptr, rs_mask, g, ok, N, w_off, w_mask, gn, gn_mask,
+                 WHAT: gl.constexpr):
+    # one loop step's operands for groups g.. (masked off past the program's range: `ok`).
+    # WHAT: 1 the weights only, 3 all but the weights, otherwise everything.
+    if WHAT != 3:
+        w = gl.load(W + g * N * 16 + w_off, mask=w_mask & ok, other=0)
+    else:
+        w = 0
+    if WHAT == 1:
+        return (w,)
+    else:
+        sc = gl.load(SC + g * N + gn, mask=gn_mask & ok, other=0.0).to(gl.float32)
+        zp = gl.load(D + g * N + gn, mask=gn_mask & ok, other=0).to(gl.float32) + 8.0
+        rs = gl.load(rs_ptr + g, mask=rs_mask & ok, other=0.0)
+        a = a_ptr + g * 128
+        m = a_mask & ok
+        return (w, sc, zp, rs, gl.load(a, mask=m, other=0.0), gl.load(a + 16, mask=m, other=0.0),
+                gl.load(a + 32, mask=m, other=0.0), gl.load(a + 48, mask=m, other=0.0),
+                gl.load(a + 64, mask=m, other=0.0), gl.load(a + 80, mask=m, other=0.0),
+                gl.load(a + 96, mask=m, other=0.0), gl.load(a + 112, mask=m, other=0.0))
+
+
+@gluon.jit
+def paro_gemv_gl(A, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
+                 MR: gl.constexpr, R: gl.constexpr, GPI: gl.constexpr, WARPS: gl.constexpr,
+                 PREFETCH: gl.constexpr, HAS_BIAS: gl.constexpr):
+    # axes: rows of x, K groups, output columns, weight words of a group
+    L4: gl.constexpr = gl.BlockedLayout(size_per_thread=[MR, 1, R, 4], threads_per_warp=[1, 1, 8, 4],
+                                        warps_per_cta=[1, 1, WARPS, 1], order=[3, 2, 1, 0])
+    L3: gl.constexpr = gl.SliceLayout(0, L4)  # [GPI, BN, 16]: the weight words
+    LGN: gl.constexpr = gl.SliceLayout(2, L3)  # [GPI, BN]: scales, zero points
+    LA: gl.constexpr = gl.SliceLayout(2, L4)  # [MR, GPI, 16]: one activation plane
+    LRS: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, L4))  # [MR, GPI]: group sums
+    LY: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(3, L4))  # [MR, BN]: the output
+    BN: gl.constexpr = R * 8 * WARPS
+    m0 = gl.program_id(0) * MR
+    n0 = gl.program_id(1) * BN
+    pid_k = gl.program_id(2)
+    prt = (n0 >= pb1).to(gl.int32) + (n0 >= pb2).to(gl.int32)  # merged linears: rotated copy per n-block
+    g0 = pid_k * gps
+    g1 = gl.minimum(g0 + gps, G)
+
+    gi = gl.arange(0, GPI, layout=gl.SliceLayout(1, LGN))
+    cols = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, LGN))
+    gn = gi[:, None] * N + cols[None, :]  # [GPI, BN] into SC, D
+    gn_mask = (gi[:, None] < GPI) & (cols < N)[None, :]
+    w_off = gl.expand_dims(gn, 2) * 16 + gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))[None, None, :]
+    w_mask = gl.expand_dims(gn_mask, 2)
+    ra = m0 + gl.arange(0, MR, layout=gl.SliceLayout(1, gl.SliceLayout(2, LA)))
+    ga = gl.arange(0, GPI, layout=gl.SliceLayout(0, gl.SliceLayout(2, LA)))
+    wa = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, LA)))
+    a_ptr = A + prt * M * K + (ra * K)[:, None, None] + (ga * 128)[None, :, None] + wa[None, None, :]  # plane 0
+    a_mask = (ra < M)[:, None, None] & (wa < 16)[None, None, :]
+    rr = m0 + gl.arange(0, MR, layout=gl.SliceLayout(1, LRS))
+    gr = gl.arange(0, GPI, layout=gl.SliceLayout(0, LRS))
+    rs_ptr = RS + prt * M * G + rr[:, None] * G + gr[None, :]
+    rs_mask = (rr < M)[:, None] & (gr < GPI)[None, :]
+
+    acc = gl.zeros([MR, GPI, BN, 16], gl.float32, layout=L4)
+    nxt = _group_loads(W, SC, D, a_ptr, a_mask, rs_ptr, rs_mask, g0, g0 < g1, N, w_off, w_mask, gn, gn_mask, PREFETCH)
+    for g in range(g0, g1, GPI):  # the host keeps gps a multiple of GPI
+        if PREFETCH > 0:  # issue the next step's loads before this step's arithmetic
+            cur = nxt
+            nxt = _group_loads(W, SC, D, a_ptr, a_mask, rs_ptr, rs_mask, g + GPI, g + GPI < g1, N, w_off, w_mask,
+                               gn, gn_mask, PREFETCH)
+        else:
+            cur = _group_loads(W, SC, D, a_ptr, a_mask, rs_ptr, rs_mask, g, True, N, w_off, w_mask, gn, gn_mask, 2)
+        if PREFETCH == 1:  # only the weights were prefetched
+            ops = _group_loads(W, SC, D, a_ptr, a_mask, rs_ptr, rs_mask, g, True, N, w_off, w_mask, gn, gn_mask, 3)
+        else:
+            ops = cur
+        w, sc, zp, rs = cur[0], ops[1], ops[2], ops[3]
+        wh = w >> 16
+        t = gl.zeros([MR, GPI, BN, 16], gl.float32, layout=L4)
+        for j in gl.static_range(8):
+            if j < 4:
+                src = w
+            else:
+                src = wh
+            q = _nibble_2p23(src, j % 4) - 8388608.0  # decoded once, used by MR rows
+            t += gl.expand_dims(q, 0) * gl.expand_dims(ops[4 + j], 2)
+        sc4 = gl.expand_dims(gl.expand_dims(sc, 2), 0)
+        zs4 = gl.expand_dims(gl.expand_dims(sc * zp, 2), 0)
+        rs4 = gl.expand_dims(gl.expand_dims(rs * 0.0625, 2), 3)  # a 16th per word: exact
+        acc += t * sc4 - zs4 * rs4
+    y = gl.sum(gl.sum(acc, axis=3), axis=1)  # [MR, BN] in LY
+
+    rows = m0 + gl.arange(0, MR, layout=gl.SliceLayout(1, LY))
+    cols = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, LY))
+    ymask = (rows < M)[:, None] & (cols < N)[None, :]
+    y_off = rows[:, None] * N + cols[None, :]
+    if HAS_BIAS:
+        bias = gl.load(BIAS + cols, mask=cols < N, other=0.0).to(gl.float32)[None, :]
+    if SPLIT == 1:
+        if HAS_BIAS:
+            y += bias
+        gl.store(Y + y_off, y.to(Y.dtype.element_ty), mask=ymask)
+    else:
+        gl.store(PART + pid_k * M * N + y_off, y, mask=ymask)
+        tile = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)
+        # every warp's partial must be written before the one thread that takes the ticket
+        # releases them (plain Triton places this barrier itself; Gluon does only what it is told)
+        gl.thread_barrier()
+        ticket = gl.atomic_add(CNT + tile, 1, sem="acq_rel")
+        if ticket == SPLIT - 1:
+            tot = gl.zeros([MR, BN], gl.float32, layout=LY)
+            for z in range(SPLIT):
+                tot += gl.load(PART + z * M * N + y_off, mask=ymask, other=0.0, cache_modifier=".cg")
+            if HAS_BIAS:
+                tot += bias
+            gl.store(Y + y_off, tot.to(Y.dtype.element_ty), mask=ymask)
+            gl.atomic_xchg(CNT + tile, 0)
