@@ -50,10 +50,7 @@ def main() -> None:
     for c in args.consts:
         name, value = c.split("=")
         const[name] = int(value)
-    sig = {n: t for n, t in SIG.items() if args.kind != "gemv_gl" or n not in ("S", "BIAS")} | (
-        {"BIAS": "*fp32"} if args.kind == "gemv_gl" else {})
-    if args.kind == "gemv_gl":
-        sig = {n: sig[n] for n in paro_gemv_gl.arg_names if n in sig}
+    sig = {n: SIG[n] for n in fn.arg_names if n in SIG}  # the kernel's own argument order
     if args.kind not in ("gemv", "gemv_gl"):
         sig["W"] = "*u8"
         sig["A"] = "*i8" if const["A_INT8"] else "*fp16"
