@@ -82,7 +82,7 @@ def variants(m, i8):
     if m > 64:
         return [ops.Tile(bm, bn, w, st, 1, kind) for bm, bn, w, st, kind in
                 ((128, 256, 8, 3, "deq"), (128, 64, 4, 4, "deq"), (256, 128, 8, 3, "deq"), (64, 128, 4, 4, "deq"),
-                 (128, 64, 4, 4, "fold"))]
+                 (128, 64, 4, 4, "fold"), (64, 64, 4, 4, "deq"), (32, 128, 4, 4, "deq"))]
     bm = min(64, max(16, 1 << (m - 1).bit_length()))
     out = [ops.Tile(bm, 64, 4, 4, 0, "deq"), ops.Tile(bm, 256, 8, 3, 0, "deq"), ops.Tile(16, 64, 4, 3, 0, "fold"),
            ops.Tile(16, 128, 4, 4, 0, "fold")]
@@ -107,6 +107,9 @@ def main():
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--sweep-shapes", default=",".join(SWEEP_SHAPES), help="shapes whose tiles are swept")
+    ap.add_argument("--ms", default=",".join(map(str, MS)), help="row counts timed (comma list)")
+    ap.add_argument("--sweep-ms", default=",".join(map(str, SWEEP_MS)), help="row counts whose tiles are swept")
+    ap.add_argument("--no-extras", action="store_true", help="skip the prologue-alone and 4-layer stack timings")
     args = ap.parse_args()
     torch.manual_seed(0)
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -133,7 +136,7 @@ def main():
         with open(os.path.join(args.out, "results-paro.jsonl"), "a") as f:
             f.write(json.dumps(row) + "\n")
 
-    for part in (bench_prologue, bench_stack):
+    for part in (() if args.no_extras else (bench_prologue, bench_stack)):
         try:
             part(gen, emit)
         except Exception as e:  # reported; the shape rows still run
@@ -163,7 +166,7 @@ def main():
                 except Exception as e:
                     print(f"# gemlite {kind} {name}: {e!r}", flush=True)
         print(f"# {name} N={n} K={k} copies={copies} setup {time.time() - t0:.1f}s", flush=True)
-        for m in MS:
+        for m in map(int, args.ms.split(",")):
             roof = wbytes / bw * 1e6  # the weight read once at the copy's read+write byte rate
             xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
             cub = graph_time([lambda w=w, x=xs[i % 4]: x @ w.t() for i, w in enumerate(wbf)])
@@ -182,14 +185,20 @@ def main():
                 except Exception as e:
                     print(f"# gemlite {kind} {name} M={m}: {e!r}", flush=True)
             line = []
-            for label, layers, gkind in (("w4a16", p16, "a16w4"), ("w4a8", p8, "a8w4")):
+            runs = [("w4a16", p16, "a16w4"), ("w4a8", p8, "a8w4")]
+            if m > p16[0].decode_max_m and not p16[0].scratch_prefill:
+                # the dequant-to-scratch + cuBLAS path on the same weights, paired in this run
+                ops.reserve_scratch(p16[0].wb.device, 0, n * k)
+                runs.append(("w4a16_scratch", [dataclasses.replace(l, scratch_prefill=True, tiles={}) for l in p16],
+                             None))
+            for label, layers, gkind in runs:
                 try:
                     us = graph_time([lambda l=l, x=xs[i % 4]: ops.forward(l, x) for i, l in enumerate(layers)])
                 except Exception as e:
                     print(f"# {label} {name} M={m}: {type(e).__name__}: {str(e)[:300]}", flush=True)
                     continue
                 best, best_t = us, ops.tile_for(layers[0], m)
-                if not args.no_sweep and m in SWEEP_MS and name in args.sweep_shapes.split(","):
+                if not args.no_sweep and label != "w4a16_scratch" and m in set(map(int, args.sweep_ms.split(","))) and name in args.sweep_shapes.split(","):
                     for t in variants(m, label == "w4a8"):
                         t = with_split(layers[0], m, t)
                         try:

@@ -6,8 +6,8 @@ load time, never inside CUDA-graph capture). `forward(layer, x)` = prologue laun
 
 | capability | M <= RADIANCE_PQ_DECODE_MAX_M | M above |
 |---|---|---|
-| sm_80+ | split-K: W4A16 M <= GEMV_MAX_M `gemv` (CUDA cores, fp32 activations), else `deq` | `deq` tiles (W4A16 fp16, or W4A8 int8 with RADIANCE_PQ_I8=1) |
-| sm_75 | the same kinds, tiles fitted to 64 KB smem | dequant to fp16 scratch + cuBLAS (RADIANCE_PQ_SCRATCH_GEMM) |
+| sm_80+ | split-K: W4A16 M <= GEMV_GL_MAX_M `gemv_gl` (CUDA cores, fp32 activations), else `deq` | W4A16: dequant to fp16 scratch + cuBLAS (RADIANCE_PQ_SCRATCH_GEMM); W4A8 (RADIANCE_PQ_I8=1): `fold` tiles |
+| sm_75 | the same kinds, tiles fitted to 64 KB smem | dequant to fp16 scratch + cuBLAS |
 
 GEMM kinds (triton/paro_gemm.py): `deq` (weights dequantized in registers, staged as the MMA's B
 operand; W4A16 reads plain fp16 activations, as AWQ/Marlin do, so |rotated activation| must stay
@@ -81,14 +81,20 @@ def smem_limit(cap: tuple[int, int]) -> int:
     return SMEM_LIMIT[(9, 0)] if cap >= (9, 0) else SMEM_LIMIT[(8, 6)] if cap >= (8, 0) else SMEM_LIMIT[(7, 5)]
 
 
-def scratch_gemm_preferred(cap: tuple[int, int]) -> bool:
-    """Prefill through dequant-to-scratch + cuBLAS: by default below Ampere (the in-kernel dequant
-    tile that fits 64 KB is too small for the tensor cores); RADIANCE_PQ_SCRATCH_GEMM=0/1 overrides."""
+def scratch_gemm_preferred(cap: tuple[int, int], i8: bool) -> bool:
+    """Prefill (M above the decode band) through dequant-to-scratch + cuBLAS: by default for W4A16
+    on every GPU -- on the H200 it beat the fused Triton GEMM at every prefill M measured (128..2048,
+    all four 27B shapes, 1.03-2.9x; RESULTS "Prefill") and below Ampere the fused tile that fits
+    64 KB is too small for the tensor cores. W4A8 keeps its int8 GEMM (the scratch path multiplies
+    fp16 activations, so asking for both is an error). RADIANCE_PQ_SCRATCH_GEMM=0/1 overrides."""
     raw = knob("RADIANCE_PQ_SCRATCH_GEMM")
     if raw in (None, ""):
-        return cap < (8, 0)
+        return not i8
     if raw not in ("0", "1"):
         raise ValueError(f"RADIANCE_PQ_SCRATCH_GEMM={raw!r}: use 0, 1 or leave it unset")
+    if raw == "1" and i8:
+        raise ValueError("RADIANCE_PQ_SCRATCH_GEMM=1 computes the prefill in W4A16 (fp16 activations), "
+                         "RADIANCE_PQ_I8=1 asks for W4A8: unset one of them")
     return raw == "1"
 
 
@@ -225,6 +231,7 @@ def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: li
     device = qweights[0].device
     dcap, sms = _device_info(device)
     cap = cap or dcap
+    i8 = use_int8(cap)
     wb, sc, d = paro_gemm.repack(qweights, qzeros, scales)
     g, n, _ = wb.shape
     k = g * GROUP_SIZE
@@ -235,7 +242,7 @@ def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: li
     layer = ParoLayer(wb.to(device), sc.to(device), d.to(device),
                       paro_rotate.build_tables(rotations, device),
                       tuple((bounds + [1 << 30, 1 << 30])[:2]), n, k, cap, sms,
-                      knob_int("RADIANCE_PQ_DECODE_MAX_M"), use_int8(cap), scratch_gemm_preferred(cap), bias)
+                      knob_int("RADIANCE_PQ_DECODE_MAX_M"), i8, scratch_gemm_preferred(cap, i8), bias)
     part = max(decode_tile(m, n, g, sms, cap, layer.i8).split * m * n for m in range(1, layer.decode_max_m + 1))
     deq = n * k if layer.scratch_prefill else 0
     reserve_scratch(device, part, deq)
@@ -294,14 +301,16 @@ def _scratch_forward(layer: ParoLayer, x: torch.Tensor, bias: torch.Tensor | Non
 def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
             bias: torch.Tensor | None = None) -> torch.Tensor:
     """y [M, N] = the layer applied to x [M, K] (bf16 / fp16 / fp32), plus `bias` (else the
-    layer's own), added in fp32 before the output's one rounding."""
+    layer's own), added in fp32 before the output's rounding (the scratch path rounds to fp16 in
+    cuBLAS, then to x's dtype). An explicit `tile` runs the Triton GEMM even where the scratch
+    path would (benchmarks, tests)."""
     bias = layer.bias if bias is None else bias
     if x.dim() != 2 or x.shape[1] != layer.k:
         raise ValueError(f"paroquant: expected input [M, {layer.k}], got {list(x.shape)}")
     m = x.shape[0]
     if m == 0:  # an empty batch launches nothing (a zero-sized grid is an error for Triton)
         return x.new_empty(0, layer.n)
-    if m > layer.decode_max_m and layer.scratch_prefill:
+    if m > layer.decode_max_m and layer.scratch_prefill and tile is None:
         y = _scratch_forward(layer, x, bias)
     else:
         t = tile or tile_for(layer, m)  # `tile` overrides the table (benchmark sweeps, tests)

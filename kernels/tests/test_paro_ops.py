@@ -36,20 +36,30 @@ def test_fit_tile_refuses_an_impossible_limit():
         ops.fit_tile(ops.Tile(128, 128, 8, 3), 1024)
 
 
-@pytest.mark.parametrize("cap, knob, want", [((7, 5), None, True), ((8, 6), None, False), ((9, 0), None, False),
-                                              ((7, 5), "0", False), ((9, 0), "1", True)])
-def test_scratch_gemm_by_capability_with_override(monkeypatch, cap, knob, want):
+@pytest.mark.parametrize("cap, i8, knob, want", [((7, 5), False, None, True), ((8, 6), False, None, True),
+                                                  ((9, 0), False, None, True), ((9, 0), True, None, False),
+                                                  ((7, 5), False, "0", False), ((9, 0), False, "0", False),
+                                                  ((9, 0), False, "1", True)])
+def test_scratch_gemm_for_w4a16_prefill_with_override(monkeypatch, cap, i8, knob, want):
+    # W4A16 prefill goes through dequant + cuBLAS on every GPU (measured faster on the H200),
+    # W4A8 keeps its int8 GEMM; the knob pins either way
     if knob is None:
         monkeypatch.delenv("RADIANCE_PQ_SCRATCH_GEMM", raising=False)
     else:
         monkeypatch.setenv("RADIANCE_PQ_SCRATCH_GEMM", knob)
-    assert ops.scratch_gemm_preferred(cap) is want
+    assert ops.scratch_gemm_preferred(cap, i8) is want
+
+
+def test_scratch_gemm_with_w4a8_is_refused(monkeypatch):
+    monkeypatch.setenv("RADIANCE_PQ_SCRATCH_GEMM", "1")
+    with pytest.raises(ValueError, match="RADIANCE_PQ_I8=1 asks for W4A8"):
+        ops.scratch_gemm_preferred((9, 0), True)
 
 
 def test_bad_knob_values_are_errors(monkeypatch):
     monkeypatch.setenv("RADIANCE_PQ_SCRATCH_GEMM", "yes")
     with pytest.raises(ValueError, match="RADIANCE_PQ_SCRATCH_GEMM"):
-        ops.scratch_gemm_preferred((9, 0))
+        ops.scratch_gemm_preferred((9, 0), False)
     monkeypatch.setenv("RADIANCE_PQ_I8", "2")
     with pytest.raises(ValueError, match="RADIANCE_PQ_I8"):
         ops.use_int8((9, 0))
