@@ -1,7 +1,8 @@
 """Decode-step time of the 27B-class 2-layer block at TP=1 and TP=2 (NCCL), and TP=2 == TP=1.
 
 Needs the device kind nvidia-h200-x2 (one process per GPU). NVLink multicast stays off:
-NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 are forced below.
+`tp_block.join_rank` forces NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+NVSHMEM_DISABLE_NVLS=1 in each rank before NCCL starts.
 Run:  python3 bench/bench_tp.py --out $OUT/tp.jsonl
 Each step is timed under a CUDA graph (launch overhead removed), median of 200 replays.
 """
@@ -11,18 +12,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import socket
 
-for k, v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}.items():
-    os.environ[k] = v
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
-
-from radiance.kernels import tp_block  # noqa: E402
-from timing import graph_time  # noqa: E402  (bench/timing.py)
+from radiance.kernels import tp_block
+from radiance.testing.servers import free_port
+from timing import graph_time  # bench/timing.py
 
 
 def _input(m: int) -> torch.Tensor:
@@ -30,15 +27,9 @@ def _input(m: int) -> torch.Tensor:
 
 
 def _rank(rank: int, world: int, port: int, method: str, ms: list[int], q) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
-    if world > 1:
-        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
+    dev = tp_block.join_rank(rank, world, port, "nccl")
     dims = tp_block.Dims()
-    weights = tp_block.random_weights(method, dims, layers=2, seed=7, device=str(dev))
-    layers = [tp_block.shard_layer(method, w, rank, world, dev, i) for i, w in enumerate(weights)]
-    del weights
+    layers = tp_block.rank_layers(method, dims, rank, world, dev)
     out = {}
     for m in ms:
         x = _input(m).to(dev)
@@ -53,11 +44,9 @@ def _rank(rank: int, world: int, port: int, method: str, ms: list[int], q) -> No
 
 
 def run(method: str, ms: list[int], world: int) -> dict:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
+    port = free_port()
     procs = [ctx.Process(target=_rank, args=(r, world, port, method, ms, q)) for r in range(world)]
     for p in procs:
         p.start()

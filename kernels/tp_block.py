@@ -9,6 +9,7 @@ it takes this rank's q heads from the QKV output, which is what o_proj's K shard
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -85,6 +86,29 @@ def shard_layer(method: str, w: dict, rank: int, world: int, device: torch.devic
 # Measured on 2 x H200: rel to the reference ~1.0e-2 (paroquant) / 1.3e-2 (pq2) for both, ratio <= 1.09.
 TOL_BF16 = {"paroquant": 1e-2, "pq2": 5e-2}
 REF_SLACK = 1.25
+
+
+def join_rank(rank: int, world: int, port: int, backend: str) -> torch.device:
+    """This process as rank `rank` of a local TP group (gloo on the CPU, nccl on GPU `rank`,
+    with NVLink multicast off as the device README requires) -> its device."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if backend == "gloo":
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        return torch.device("cpu")
+    os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+    dev = torch.device("cuda", rank)
+    torch.cuda.set_device(dev)
+    if world > 1:
+        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
+    return dev
+
+
+def rank_layers(method: str, dims: Dims, rank: int, world: int, device: torch.device, layers: int = 2,
+                seed: int = 7) -> list[dict]:
+    """The block's random weights (the same on every rank: one seed), this rank's shard prepared."""
+    weights = random_weights(method, dims, layers=layers, seed=seed, device=str(device))
+    return [shard_layer(method, w, rank, world, device, i) for i, w in enumerate(weights)]
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -8,9 +8,6 @@ GPU; its tolerance is `tp_block.compare_tp` (stated there). bench/bench_tp.py ti
 
 from __future__ import annotations
 
-import os
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -18,34 +15,18 @@ import torch.multiprocessing as mp
 
 from radiance.kernels import tp_block
 from radiance.kernels.formats import FormatError, shard
+from radiance.testing.servers import free_port
 
 DIMS = tp_block.SMALL
 TOL = 1e-5
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rank_main(rank: int, world: int, port: int, method: str, out: str, backend: str = "gloo") -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    if backend == "nccl":
-        # the device README: NVLink multicast stays off
-        os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
-        dev = torch.device("cuda", rank)
-        torch.cuda.set_device(dev)
-        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
-        dims, xs = tp_block.Dims(), _gpu_inputs()
-    else:
-        dev = torch.device("cpu")
-        torch.set_num_threads(1)
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-        dims, xs = DIMS, [torch.randn(5, DIMS.hidden, generator=torch.Generator().manual_seed(3))]
+    dev = tp_block.join_rank(rank, world, port, backend)
+    dims, xs = (tp_block.Dims(), _gpu_inputs()) if backend == "nccl" else \
+        (DIMS, [torch.randn(5, DIMS.hidden, generator=torch.Generator().manual_seed(3))])
     try:
-        weights = tp_block.random_weights(method, dims, layers=2, seed=7, device=str(dev))
-        layers = [tp_block.shard_layer(method, w, rank, world, dev, i) for i, w in enumerate(weights)]
+        layers = tp_block.rank_layers(method, dims, rank, world, dev)
         ys = [tp_block.block_forward(layers, x.to(dev), dims, world).cpu() for x in xs]
         if rank == 0:
             torch.save(ys, out)
@@ -66,7 +47,7 @@ def test_tp2_equals_tp1(tmp_path, method):
          for i, w in enumerate(tp_block.random_weights(method, DIMS, layers=2, seed=7))],
         torch.randn(5, DIMS.hidden, generator=torch.Generator().manual_seed(3)), DIMS, 1)
     out = str(tmp_path / "y2.pt")
-    mp.start_processes(_rank_main, args=(2, _port(), method, out), nprocs=2, join=True, start_method="spawn")
+    mp.start_processes(_rank_main, args=(2, free_port(), method, out), nprocs=2, join=True, start_method="spawn")
     (y2,) = torch.load(out)
     rel = float((y2 - y1).norm() / y1.norm())
     assert torch.isfinite(y2).all()
@@ -86,7 +67,7 @@ def test_tp2_equals_tp1_nccl(tmp_path, method):
     del layers
     torch.cuda.empty_cache()
     out = str(tmp_path / "y2.pt")
-    mp.start_processes(_rank_main, args=(2, _port(), method, out, "nccl"), nprocs=2, join=True, start_method="spawn")
+    mp.start_processes(_rank_main, args=(2, free_port(), method, out, "nccl"), nprocs=2, join=True, start_method="spawn")
     y2s = torch.load(out)
     refs = tp_block.reference_forward(method, dims, 7, xs, "cuda:0")
     for x, y1, y2, ref in zip(xs, y1s, y2s, refs):
