@@ -111,6 +111,7 @@ def main():
     ap.add_argument("--sweep-ms", default=",".join(map(str, SWEEP_MS)), help="row counts whose tiles are swept")
     ap.add_argument("--no-extras", action="store_true", help="skip the prologue-alone and 4-layer stack timings")
     args = ap.parse_args()
+    sweep_ms = set(map(int, args.sweep_ms.split(",")))
     torch.manual_seed(0)
     gen = torch.Generator(device="cuda").manual_seed(0)
     gpu = torch.cuda.get_device_name()
@@ -198,7 +199,7 @@ def main():
                     print(f"# {label} {name} M={m}: {type(e).__name__}: {str(e)[:300]}", flush=True)
                     continue
                 best, best_t = us, ops.tile_for(layers[0], m)
-                if not args.no_sweep and label != "w4a16_scratch" and m in set(map(int, args.sweep_ms.split(","))) and name in args.sweep_shapes.split(","):
+                if not args.no_sweep and label != "w4a16_scratch" and m in sweep_ms and name in args.sweep_shapes.split(","):
                     for t in variants(m, label == "w4a8"):
                         t = with_split(layers[0], m, t)
                         try:

@@ -1,6 +1,8 @@
-"""Decode-band tile sweep for the paroquant GEMMs (one device call): every gemv tile (Gluon `gemv_gl` by default, `--kinds` for the Triton one) at M=1 and
-every deq split/BN at M=4 and 16 on the large shapes, whole forward (prologue + GEMM) timed as in
-bench_paro.py (CUDA graph, weight copies > L2). Prints one line per tile and the best per shape.
+"""Decode-band tile sweep for the paroquant GEMMs (one device call): the `--kinds` tiles (Gluon
+`gemv_gl` at M <= 4 by default; the Triton `gemv` at M = 1; `deq` split/BN at M > 1) beside the
+table's tile and, at M = 1, the Triton gemv's table tile (the paired "before"), whole forward
+(prologue + GEMM) timed as in bench_paro.py (CUDA graph, weight copies > L2). Prints one line per
+tile and the best per shape.
 
     python3 bench/sweep_paro_decode.py --out $OUT      # writes $OUT/sweep-paro.jsonl
 """

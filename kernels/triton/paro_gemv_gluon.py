@@ -100,7 +100,9 @@ def paro_gemv_gl(A, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps,
     rs_mask = (rr < M)[:, None] & (gr < GPI)[None, :]
 
     acc = gl.zeros([MR, GPI, BN, 16], gl.float32, layout=L4)
-    nxt = _group_loads(W, SC, D, a_ptr, a_mask, rs_ptr, rs_mask, g0, g0 < g1, N, w_off, w_mask, gn, gn_mask, PREFETCH)
+    if PREFETCH > 0:
+        nxt = _group_loads(W, SC, D, a_ptr, a_mask, rs_ptr, rs_mask, g0, g0 < g1, N, w_off, w_mask, gn, gn_mask,
+                           PREFETCH)
     for g in range(g0, g1, GPI):  # the host keeps gps a multiple of GPI
         if PREFETCH > 0:  # issue the next step's loads before this step's arithmetic
             cur = nxt

@@ -110,16 +110,16 @@ def _rotate_kernel(X, PARTNER, COS, SSIN, CS, A, S, RS,
         xp = tl.gather(x, tl.broadcast_to(idx[None, :], (BM, 128)), axis=1)
         x = x * c[None, :] + xp * s[None, :]
     out = A + p * M * K + rows[:, None] * K + kk[None, :]
-    if OUT_MODE == 0:
-        tl.store(out, x, mask=rmask[:, None])
-        tl.store(RS + p * M * G + rows * G + g, tl.sum(x, axis=1), mask=rmask)
-    elif OUT_MODE == 4:
-        # channel c = h*64 + 4t + i is nibble j = 2i + h of gemv word t (paro_gemm's layout)
-        j = 2 * (cols % 4) + cols // 64
-        dest = A + p * M * K + rows[:, None] * K + g * 128 + (j * 16 + (cols % 64) // 4)[None, :]
-        scale = ((127 - 4 * (j % 4)) << 23).to(tl.float32, bitcast=True)  # 16^-(j % 4), built exactly
-        tl.store(dest, x * scale[None, :], mask=rmask[:, None])
-        tl.store(RS + p * M * G + rows * G + g, tl.sum(x, axis=1), mask=rmask)
+    if OUT_MODE == 0 or OUT_MODE == 4:
+        if OUT_MODE == 0:
+            tl.store(out, x, mask=rmask[:, None])
+        else:
+            # channel c = h*64 + 4t + i is nibble j = 2i + h of gemv word t (paro_gemm's layout)
+            j = 2 * (cols % 4) + cols // 64
+            dest = A + p * M * K + rows[:, None] * K + g * 128 + (j * 16 + (cols % 64) // 4)[None, :]
+            scale = ((127 - 4 * (j % 4)) << 23).to(tl.float32, bitcast=True)  # 16^-(j % 4), built exactly
+            tl.store(dest, x * scale[None, :], mask=rmask[:, None])
+        tl.store(RS + p * M * G + rows * G + g, tl.sum(x, axis=1), mask=rmask)  # unscaled group sums
     elif OUT_MODE == 3:
         tl.store(out, x.to(tl.float16), mask=rmask[:, None])
     else:
