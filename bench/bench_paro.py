@@ -79,13 +79,19 @@ def gemlite_layers(n, k, count, kind):
 
 def variants(m, i8):
     """Kinds and tiles tried beside the table's choice (split 0 = the table's, -2 = twice it)."""
+    # deqt (W4A16): BN is the wgmma's M side (64 rows per warp group), BM its N side
+    deqt = () if i8 else ((128, 128, 8, 3, "deqt"), (256, 128, 8, 3, "deqt"), (128, 256, 8, 3, "deqt"),
+                          (64, 128, 4, 4, "deqt"), (128, 64, 4, 4, "deqt"), (256, 64, 4, 3, "deqt"))
     if m > 64:
         return [ops.Tile(bm, bn, w, st, 1, kind) for bm, bn, w, st, kind in
                 ((128, 256, 8, 3, "deq"), (128, 64, 4, 4, "deq"), (256, 128, 8, 3, "deq"), (64, 128, 4, 4, "deq"),
-                 (128, 64, 4, 4, "fold"), (64, 64, 4, 4, "deq"), (32, 128, 4, 4, "deq"))]
+                 (128, 64, 4, 4, "fold"), (64, 64, 4, 4, "deq"), (32, 128, 4, 4, "deq")) + deqt]
     bm = min(64, max(16, 1 << (m - 1).bit_length()))
     out = [ops.Tile(bm, 64, 4, 4, 0, "deq"), ops.Tile(bm, 256, 8, 3, 0, "deq"), ops.Tile(16, 64, 4, 3, 0, "fold"),
            ops.Tile(16, 128, 4, 4, 0, "fold")]
+    if not i8:
+        out += [ops.Tile(bm, bn, w, st, sp, "deqt") for bn, w, st, sp in
+                ((64, 4, 4, 0), (128, 4, 4, 0), (128, 8, 3, 0), (64, 4, 4, -2), (128, 4, 3, -2))]
     if not i8 and m <= 4:
         out += [ops.Tile(1, bn, w, st, sp, "gemv", gpi) for bn, w, st, sp, gpi in
                 ((64, 4, 3, 0, 1), (64, 4, 3, 0, 2), (64, 4, 3, 0, 4), (128, 4, 3, 0, 4), (128, 8, 3, 0, 4),

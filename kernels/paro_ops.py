@@ -6,12 +6,13 @@ load time, never inside CUDA-graph capture). `forward(layer, x)` = prologue laun
 
 | capability | M <= RADIANCE_PQ_DECODE_MAX_M | M above |
 |---|---|---|
-| sm_80+ | split-K: W4A16 M <= GEMV_GL_MAX_M `gemv_gl` (CUDA cores, fp32 activations), else `deq` | W4A16: dequant to fp16 scratch + cuBLAS (RADIANCE_PQ_SCRATCH_GEMM); W4A8 (RADIANCE_PQ_I8=1): `fold` tiles |
+| sm_80+ | split-K: W4A16 M <= GEMV_GL_MAX_M `gemv_gl` (CUDA cores, fp32 activations), else `deqt` (W4A8: `deq`) | W4A16: dequant to fp16 scratch + cuBLAS (RADIANCE_PQ_SCRATCH_GEMM); W4A8 (RADIANCE_PQ_I8=1): `fold` tiles |
 | sm_75 | the same kinds, tiles fitted to 64 KB smem | dequant to fp16 scratch + cuBLAS |
 
-GEMM kinds (triton/paro_gemm.py): `deq` (weights dequantized in registers, staged as the MMA's B
-operand; W4A16 reads plain fp16 activations, as AWQ/Marlin do, so |rotated activation| must stay
-below 65504; W4A8 reads per-group int8 and folds the zero point per group), `fold` (transposed
+GEMM kinds (triton/paro_gemm.py): `deqt` (W4A16 only: weights dequantized in registers as the
+MMA's A operand, x rows its N side -- on sm_90 the weights never pass through shared memory),
+`deq` (the same with the weights as the MMA's B operand, staged in shared memory; W4A16 reads
+plain fp16 activations, as AWQ/Marlin do, so |rotated activation| must stay below 65504; W4A8 reads per-group int8 and folds the zero point per group), `fold` (transposed
 MMA on (c - 8) with fp16 activations scaled per (row, group) by a power of two: no range limit),
 `gemv` (CUDA cores). W4A8 needs int8 tensor-core dots (sm_80+); asking for it below is an error.
 """
@@ -29,6 +30,7 @@ from radiance.kernels.triton import paro_gemm, paro_rotate
 from radiance.knobs import knob, knob_int
 
 MAX_PARTS = 3
+W4A16_ONLY = ("deqt", "gemv", "gemv_gl")  # kinds that multiply fp16/fp32 activations only
 GEMV_MAX_M = 1  # W4A16 rows up to this run the Triton CUDA-core gemv (one program per row)
 GEMV_GL_MAX_M = 2  # ... and up to this the Gluon one (all rows in one program)
 SMEM_LIMIT = {(7, 5): 64 * 1024, (8, 0): 163 * 1024, (8, 6): 99 * 1024, (8, 9): 99 * 1024, (9, 0): 227 * 1024}
@@ -41,7 +43,7 @@ class Tile:
     warps: int
     stages: int
     split: int = 1
-    kind: str = "deq"  # "deq" | "fold" | "gemv" (paro_gemm.KERNELS) | "gemv_gl" (paro_gemv_gluon)
+    kind: str = "deq"  # "deq" | "deqt" | "fold" | "gemv" (paro_gemm.KERNELS) | "gemv_gl" (paro_gemv_gluon)
     gpi: int = 1  # K groups per loop iteration (gemv only; divides the layer's group count)
 
 
@@ -49,7 +51,8 @@ def prologue_mode(kind: str, i8: bool) -> int:
     """The activation format each GEMM kind reads (paro_rotate's output modes)."""
     if i8:
         return paro_rotate.I8G
-    return {"deq": paro_rotate.PLAIN, "fold": paro_rotate.F16G, "gemv": paro_rotate.ROT32P, "gemv_gl": paro_rotate.ROT32P}[kind]
+    return {"deq": paro_rotate.PLAIN, "deqt": paro_rotate.PLAIN, "fold": paro_rotate.F16G,
+            "gemv": paro_rotate.ROT32P, "gemv_gl": paro_rotate.ROT32P}[kind]
 
 
 def smem_bytes(t: Tile, act_bytes: int) -> int:
@@ -132,9 +135,10 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
     # (stages 3), ~12 programs per SM by split-K (gate_up 42.9 µs with BN 128 split 6; down 29.1,
     # out 14.6 with BN 64 split 8; 2 groups per step lost everywhere); at M=2 two rows per program
     # share each decoded word (BN 128, weights prefetched: gate_up 58.4 vs deq 69.6 µs, down 37.2 vs
-    # 43.2), at M=3, 4 deq wins (gate_up 70.5 vs 95.2). Triton gemv: BN 16, 2 warps,
-    # 4 groups per load. deq at M=2..16: split-K up to ~16 programs per SM (gate_up M=4: split 4,
-    # 70 vs 83 µs).
+    # 43.2), at M=3, 4 the tensor cores win (gate_up 70.5 vs 95.2). Triton gemv: BN 16, 2 warps,
+    # 4 groups per load. M=3..64 W4A16 (run 6 sweep): deqt, BN 64, 4 warps, 3 stages, split-K to
+    # ~16 programs per SM (8 at BM 64; gate_up M=64 split 2: 102.9 vs deq's 158.0 µs, M=8 66.1 vs
+    # 71.9; down M=64 66.4 vs 90.5). W4A8: deq, the same split rule.
     if not i8 and m <= GEMV_GL_MAX_M and gemv_kind() == "gemv_gl":
         kind, bm, per_sm, gpi, cap_split = "gemv_gl", m, 12, 1, 8
         bn, warps, stages = (128 if m > 1 or n // 64 >= 4 * sms else 64), 4, 3 if m == 1 else 2
@@ -142,8 +146,9 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
         kind, bm, per_sm, gpi, cap_split = "gemv", 1, 4, next(x for x in (4, 2, 1) if groups % x == 0), 16
         bn, warps, stages = (16, 2, 1) if n // 16 >= 4 * sms else (16, 2, 2) if groups <= 64 else (64, 4, 3)
     else:
-        kind, bm, per_sm, gpi, cap_split = "deq", min(64, max(16, triton.next_power_of_2(m))), 16, 1, 8
-        bn, warps, stages = 64, 4, 4
+        bm = min(64, max(16, triton.next_power_of_2(m)))
+        kind, per_sm, gpi, cap_split = "deq" if i8 else "deqt", 8 if bm == 64 else 16, 1, 4 if bm == 64 else 8
+        bn, warps, stages = (64, 4, 4) if i8 else (64, 4, 3)
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     split = max(1, min(groups // 2, triton.cdiv(per_sm * sms, tiles), cap_split))
     t = Tile(bm, bn, warps, stages, split, kind, gpi)
@@ -292,10 +297,14 @@ def _scratch_forward(layer: ParoLayer, x: torch.Tensor, bias: torch.Tensor | Non
     scr = _SCRATCH[x.device]
     w = paro_gemm.dequant(layer.wb, layer.sc, layer.d, scr.deq[: layer.n * layer.k].view(layer.n, layer.k))
     edges = [0] + [b for b in layer.bounds if b < layer.n] + [layer.n]
-    ys = [a[p] @ w[edges[p]:edges[p + 1]].t() if bias is None else
-          torch.addmm(bias[edges[p]:edges[p + 1]].to(a.dtype), a[p], w[edges[p]:edges[p + 1]].t())
-          for p in range(layer.parts)]  # cuBLAS adds the bias before its one rounding
-    return (ys[0] if len(ys) == 1 else torch.cat(ys, dim=1)).to(x.dtype)
+    y = torch.empty(x.shape[0], layer.n, dtype=a.dtype, device=x.device)
+    for p in range(layer.parts):  # each partition's GEMM writes its column slice in place (no cat)
+        e0, e1 = edges[p], edges[p + 1]
+        if bias is None:
+            torch.mm(a[p], w[e0:e1].t(), out=y[:, e0:e1])
+        else:  # cuBLAS adds the bias before its one rounding
+            torch.addmm(bias[e0:e1].to(a.dtype), a[p], w[e0:e1].t(), out=y[:, e0:e1])
+    return y.to(x.dtype)
 
 
 def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
@@ -314,8 +323,8 @@ def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
         y = _scratch_forward(layer, x, bias)
     else:
         t = tile or tile_for(layer, m)  # `tile` overrides the table (benchmark sweeps, tests)
-        if layer.i8 and t.kind in ("gemv", "gemv_gl"):
-            raise ValueError("paroquant: the gemv kind is W4A16 only")
+        if layer.i8 and t.kind in W4A16_ONLY:
+            raise ValueError(f"paroquant: the {t.kind} kind is W4A16 only (RADIANCE_PQ_I8=1 asks for W4A8)")
         a, s, rs = paro_rotate.rotate(x, layer.tables, prologue_mode(t.kind, layer.i8))
         y = gemm_rotated(layer, a, s, rs, x.dtype, t, bias)
     return y

@@ -120,6 +120,9 @@ def test_every_kernel_kind(shape, i8, gen):
                  ops.Tile(64, 128, 4, 4, split, "deq"), ops.Tile(128, 64, 4, 4, 1, "fold")]
         if not i8:
             tiles += [ops.Tile(1, bn, w, 3, split, "gemv") for bn, w in ((64, 4), (128, 4), (256, 8))]
+            tiles += [ops.Tile(bm, bn, w, st, sp, "deqt") for bm, bn, w, st, sp in
+                      ((16, 64, 4, 4, split), (16, 128, 8, 3, split), (64, 128, 4, 4, split), (128, 128, 8, 3, 1),
+                       (256, 128, 8, 3, 1))]
             tiles += [ops.Tile(1, bn, w, st, sp, "gemv_gl", gpi) for bn, w, st, sp, gpi in
                       ((16, 2, 1, 1, 1), (32, 2, 2, split, 1), (64, 2, 3, split, 2), (128, 4, 3, split, 2),
                        (16, 1, 2, 1, 1))]

@@ -77,7 +77,7 @@ def _main() -> None:
                 x = torch.randn(m, layer.k, generator=gen).to(torch.float16)
                 ref = rnd.reference_merged(x, parts, act)
                 base = ops.tile_for(layer, m)
-                kinds = ("fold", "deq") + (() if i8 else ("gemv",))
+                kinds = ("fold", "deq") + (() if i8 else ("gemv", "deqt"))
                 tiles = [base] + [ops.Tile(16 if k != "gemv" else 1, 64 if k != "gemv" else 32, 4, 2,
                                            base.split, k) for k in kinds] if m == 3 else [base]
                 for t in tiles:

@@ -27,7 +27,7 @@ def test_turing_tiles_are_halved_to_fit_64kb():
     assert h200 == ops.Tile(128, 256, 8, 3, 1, "deq")  # the H200 choice is unchanged by the fitting
     for m in (1, 16, 64):
         t = ops.decode_tile(m, 5120, 136, 30, (7, 5))
-        assert t.kind in ("gemv", "gemv_gl", "deq")
+        assert t.kind in ("gemv", "gemv_gl", "deqt")
         assert ops.smem_bytes(t, 2) <= 64 * 1024
 
 
@@ -76,8 +76,10 @@ def test_decode_split_fills_the_gpu_and_respects_groups():
     # gate_up: the measured wide-layer Gluon gemv tile, ~12 programs per SM by split-K
     assert ops.decode_tile(1, 34816, 40, 132, (9, 0)) == ops.Tile(1, 128, 4, 3, 6, "gemv_gl", 1)
     assert ops.decode_tile(2, 34816, 40, 132, (9, 0)) == ops.Tile(2, 128, 4, 2, 6, "gemv_gl", 1)
-    assert ops.decode_tile(3, 34816, 40, 132, (9, 0)).kind == "deq"
-    assert ops.decode_tile(4, 34816, 40, 132, (9, 0)).split == 4  # 544 deq tiles -> ~16 programs per SM
+    assert ops.decode_tile(3, 34816, 40, 132, (9, 0)).kind == "deqt"
+    assert ops.decode_tile(4, 34816, 40, 132, (9, 0)).split == 4  # 544 deqt tiles -> ~16 programs per SM
+    assert ops.decode_tile(64, 34816, 40, 132, (9, 0)).split == 2  # BM 64: ~8 per SM (the measured best)
+    assert ops.decode_tile(4, 34816, 40, 132, (9, 0), i8=True).kind == "deq"  # deqt is W4A16 only
     down = ops.decode_tile(1, 5120, 136, 132, (9, 0))
     assert down.split > 1 and (down.bm, down.kind) == (1, "gemv_gl")
     assert ops.decode_tile(1, 5120, 136, 132, (9, 0), i8=True).kind == "deq"  # gemv is W4A16 only
@@ -144,7 +146,7 @@ def test_gemv_kind_knob(monkeypatch):
     monkeypatch.setenv("RADIANCE_PQ_GEMV", "triton")  # the paired "before" of a benchmark
     assert ops.gemv_kind() == "gemv"
     assert ops.decode_tile(1, 34816, 40, 132, (9, 0)) == ops.Tile(1, 16, 2, 1, 1, "gemv", 4)
-    assert ops.decode_tile(2, 34816, 40, 132, (9, 0)).kind == "deq"
+    assert ops.decode_tile(2, 34816, 40, 132, (9, 0)).kind == "deqt"
     monkeypatch.setenv("RADIANCE_PQ_GEMV", "fast")
     with pytest.raises(ValueError, match="RADIANCE_PQ_GEMV='fast'"):
         ops.gemv_kind()

@@ -51,6 +51,18 @@ def _nibble_f16(nib):
 
 
 @triton.jit
+def _zero_f16(ptr, mask):
+    # the zero point as fp16 1024 + zp (D holds zp - 8), to subtract from _nibble_f16's 1024 + c
+    return (tl.load(ptr, mask=mask, other=0).to(tl.int16) + 1032).to(tl.float16)
+
+
+@triton.jit
+def _deq_f16(nib, zp, sc):
+    # (c - zp) * sc in fp16: (1024 + c) - (1024 + zp) is exact, so one rounding, of the product
+    return (_nibble_f16(nib) - zp) * sc
+
+
+@triton.jit
 def _nibble_i8(nib):
     # c - 8 as int8 (the W4A8 dots run on the centred codes; the zero point folds per group)
     return (nib.to(tl.int8) - 8).to(tl.int8)
@@ -102,6 +114,15 @@ def _program_tile(M, N, G, pb1, pb2, gps, BM: tl.constexpr, BN: tl.constexpr):
 
 
 @triton.jit
+def _group_operands_t(W, a_base, g, N, offs_n, offs_t, mmask, nmask):
+    # group g's operands for the transposed kinds (fold, deqt): weight bytes [BN, 64] (low nibbles
+    # k = g*128 + t, high k + 64) and the two activation halves [64, BM] they multiply
+    return (tl.load(W + (g * N + offs_n[:, None]) * 64 + offs_t[None, :], mask=nmask[:, None], other=0),
+            tl.load(a_base + g * 128, mask=mmask[None, :], other=0),
+            tl.load(a_base + g * 128 + 64, mask=mmask[None, :], other=0))
+
+
+@triton.jit
 def _paro_fold_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
                       BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr, NS: tl.constexpr,
                       HAS_BIAS: tl.constexpr):
@@ -113,9 +134,7 @@ def _paro_fold_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
     s_base = prt * M * G + offs_m * G
     acc = tl.zeros((BN, BM), dtype=tl.float32)
     for g in tl.range(g0, g1, num_stages=NS):
-        w = tl.load(W + (g * N + offs_n[:, None]) * 64 + offs_t[None, :], mask=nmask[:, None], other=0)
-        a_lo = tl.load(a_base + g * 128, mask=mmask[None, :], other=0)
-        a_hi = tl.load(a_base + g * 128 + 64, mask=mmask[None, :], other=0)
+        w, a_lo, a_hi = _group_operands_t(W, a_base, g, N, offs_n, offs_t, mmask, nmask)
         if A_INT8:
             lo = _nibble_i8(w & 15)
             hi = _nibble_i8(w >> 4)
@@ -165,12 +184,32 @@ def _paro_deq_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb
             acc += (dg.to(tl.float32) * sc[None, :]) * s[:, None] - sr[:, None] * zs[None, :]
         else:
             sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0)
-            zp = (tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.int16) + 1032).to(tl.float16)
-            lo = (_nibble_f16(w & 15) - zp[None, :]) * sc[None, :]  # (1024 + c) - (1024 + zp): exact
-            hi = (_nibble_f16(w >> 4) - zp[None, :]) * sc[None, :]
-            acc = tl.dot(a_lo, lo, acc)
-            acc = tl.dot(a_hi, hi, acc)
+            zp = _zero_f16(D + g * N + offs_n, nmask)
+            acc = tl.dot(a_lo, _deq_f16(w & 15, zp[None, :], sc[None, :]), acc)
+            acc = tl.dot(a_hi, _deq_f16(w >> 4, zp[None, :], sc[None, :]), acc)
     _finish(acc, Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2), tile, HAS_BIAS)
+
+
+@triton.jit
+def _paro_deqt_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
+                      BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr, NS: tl.constexpr,
+                      HAS_BIAS: tl.constexpr):
+    # kind "deqt" (W4A16): deq's arithmetic with the dot transposed -- weights the MMA's M side,
+    # x rows its N side (as in fold). A dequantized operand computed in registers can stay there as
+    # the A operand of sm_90's wgmma, which takes only B from shared memory; deq's weights, as B,
+    # are stored to shared memory and read back every group.
+    prt, offs_m, offs_n, mmask, nmask, g0, g1, tile = _program_tile(M, N, G, pb1, pb2, gps, BM, BN)
+    offs_t = tl.arange(0, 64)
+    a_base = A + prt * M * K + offs_m[None, :] * K + offs_t[:, None]  # [64, BM]
+    acc = tl.zeros((BN, BM), dtype=tl.float32)
+    for g in tl.range(g0, g1, num_stages=NS):
+        w, a_lo, a_hi = _group_operands_t(W, a_base, g, N, offs_n, offs_t, mmask, nmask)
+        sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0)
+        zp = _zero_f16(D + g * N + offs_n, nmask)
+        acc = tl.dot(_deq_f16(w & 15, zp[:, None], sc[:, None]), a_lo, acc)
+        acc = tl.dot(_deq_f16(w >> 4, zp[:, None], sc[:, None]), a_hi, acc)
+    _finish(tl.trans(acc), Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2),
+            tile, HAS_BIAS)
 
 
 @triton.jit
@@ -214,7 +253,7 @@ def _paro_gemv_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
     _finish(y[None, :], Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2), tile, HAS_BIAS)
 
 
-KERNELS = {"fold": _paro_fold_kernel, "deq": _paro_deq_kernel, "gemv": _paro_gemv_kernel}
+KERNELS = {"fold": _paro_fold_kernel, "deq": _paro_deq_kernel, "deqt": _paro_deqt_kernel, "gemv": _paro_gemv_kernel}
 
 
 def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1: int, pb2: int,
@@ -237,6 +276,8 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
             "reserve it with radiance.kernels.paro_ops.reserve_scratch before graph capture")
     s = part if s is None else s  # unused by the kinds that take no activation scales / sums
     rs = part if rs is None else rs
+    if kind == "deqt" and a.dtype == torch.int8:
+        raise ValueError("paroquant deqt is W4A16 only: int8 activations go to fold or deq")
     if kind == "gemv" and bm != 1:
         raise ValueError("paroquant gemv takes one row per program (bm=1)")
     if kind == "gemv_gl" and bm not in (1, 2, 4):
@@ -284,3 +325,4 @@ def dequant(wb, sc, d, out: torch.Tensor) -> torch.Tensor:
     bn = 64
     _dequant_kernel[(g, triton.cdiv(n, bn))](wb, sc, d, out, n, g * 128, BN=bn, num_warps=4)
     return out
+

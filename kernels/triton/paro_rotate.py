@@ -149,14 +149,23 @@ def _rotate_kernel(X, PARTNER, COS, SSIN, CS, A, S, RS,
 _OUT_DTYPE = {ROT32: torch.float32, F16G: torch.float16, I8G: torch.int8, PLAIN: torch.float16, ROT32P: torch.float32}
 
 
-def rows_per_program(m: int) -> int:
-    return min(16, triton.next_power_of_2(max(m, 1)))
+def prologue_tile(m: int) -> tuple[int, int]:
+    """(rows per program, warps). Measured on the H200 (bench/sweep_prologue.py, RESULTS run 6):
+    small programs win -- a group's gathers stay within fewer warps and more programs are in
+    flight. M=2048: 8 rows on one warp 53.7 µs vs 16 rows on four 66.8 (K=5120); M=16: 4 rows on
+    four warps 3.7 vs 5.1."""
+    if m > 16:
+        return 8, 1
+    bm = min(4, triton.next_power_of_2(max(m, 1)))
+    return bm, 4 if bm == 4 else 2
 
 
 def rotate(x: torch.Tensor, tables: RotTables, mode: int,
-           out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
+           out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+           bm: int | None = None, warps: int | None = None):
     """x [M, K] (bf16/fp16/fp32) -> (A [P, M, K], S [P, M, G] fp32, RS [P, M, G] fp32).
-    S is None in ROT32(P) and PLAIN modes, RS in PLAIN."""
+    S is None in ROT32(P) and PLAIN modes, RS in PLAIN. bm / warps override the rows per
+    program and warps (tile sweeps)."""
     if x.dim() != 2 or x.shape[1] != tables.k:
         raise ValueError(f"paroquant prologue: x must be [M, {tables.k}], got {list(x.shape)}")
     if x.stride(1) != 1:
@@ -170,11 +179,11 @@ def rotate(x: torch.Tensor, tables: RotTables, mode: int,
         rs = torch.empty(parts, m, g, dtype=torch.float32, device=x.device)
     else:
         a, s, rs = out
-    bm = rows_per_program(m)
+    tbm, twarps = prologue_tile(m)
+    bm, warps = bm or tbm, warps or twarps
     grid = (g, triton.cdiv(m, bm), parts)
     _rotate_kernel[grid](x, tables.partner, tables.cos, tables.ssin, tables.cs, a, s, rs,
-                         m, k, g, x.stride(0), KROT=tables.krot, BM=bm, OUT_MODE=mode,
-                         num_warps=4 if bm >= 8 else 2)
+                         m, k, g, x.stride(0), KROT=tables.krot, BM=bm, OUT_MODE=mode, num_warps=warps)
     if mode == PLAIN:
         return a, None, None
     if mode in (ROT32, ROT32P):

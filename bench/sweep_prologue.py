@@ -1,0 +1,58 @@
+"""Prologue tile sweep (one device call): rows per program x warps for each output mode at
+prefill and small-batch M, P = 1 and 3, K = 5120 and 17408 -- CUDA-graph medians, random data.
+
+    python3 bench/sweep_prologue.py --out $OUT     # writes $OUT/sweep-prologue.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+
+import torch
+
+from timing import graph_time
+
+from radiance.kernels.triton import paro_random as rnd
+from radiance.kernels.triton import paro_rotate as pr
+
+MODES = {"plain": (pr.PLAIN, torch.float16), "f16g": (pr.F16G, torch.float16), "i8g": (pr.I8G, torch.int8)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--ms", default="16,512,2048")
+    ap.add_argument("--modes", default="plain,i8g")
+    args = ap.parse_args()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for parts, k in ((1, 5120), (3, 5120), (1, 17408)):
+        tab = pr.build_tables([rnd.rotation_of(rnd.random_layer(128, k, gen)) for _ in range(parts)])
+        for m, mode in itertools.product(map(int, args.ms.split(",")), args.modes.split(",")):
+            code, dt = MODES[mode]
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            out = (torch.empty(parts, m, k, device="cuda", dtype=dt),
+                   torch.empty(parts, m, k // 128, device="cuda"), torch.empty(parts, m, k // 128, device="cuda"))
+            res = []
+            for bm, warps in itertools.product((4, 8, 16, 32, 64), (1, 2, 4, 8)):
+                if bm > max(16, m) or bm * 128 < 32 * warps:
+                    continue
+                try:
+                    us = graph_time([lambda: pr.rotate(x, tab, code, out, bm=bm, warps=warps)] * 20)
+                except Exception as e:  # noqa: BLE001 -- reported, the sweep goes on
+                    print(f"# P={parts} K={k} M={m} {mode} bm={bm} warps={warps}: {type(e).__name__}", flush=True)
+                    continue
+                res.append((us, bm, warps))
+                with open(os.path.join(args.out, "sweep-prologue.jsonl"), "a") as f:
+                    f.write(json.dumps({"P": parts, "K": k, "M": m, "mode": mode, "bm": bm, "warps": warps,
+                                        "us": round(us, 2), "table": (bm, warps) == pr.prologue_tile(m)}) + "\n")
+            res.sort()
+            table = [u for u, b, w in res if (b, w) == pr.prologue_tile(m)]
+            print(f"P={parts} K={k} M={m} {mode}: table {table} best " +
+                  " ".join(f"{u:.1f}(bm{b},w{w})" for u, b, w in res[:4]), flush=True)
+
+
+if __name__ == "__main__":
+    main()
