@@ -193,7 +193,7 @@ def main():
                     print(f"# gemlite {kind} {name} M={m}: {e!r}", flush=True)
             line = []
             runs = [("w4a16", p16, "a16w4"), ("w4a8", p8, "a8w4")]
-            if m > p16[0].decode_max_m and not p16[0].scratch_prefill:
+            if m > ops.scratch_min_m(p16[0]) and not p16[0].scratch_prefill:
                 # the dequant-to-scratch + cuBLAS path on the same weights, paired in this run
                 ops.reserve_scratch(p16[0].wb.device, 0, n * k)
                 runs.append(("w4a16_scratch", [dataclasses.replace(l, scratch_prefill=True, tiles={}) for l in p16],

@@ -7,7 +7,7 @@ load time, never inside CUDA-graph capture). `forward(layer, x)` = prologue laun
 | capability | M <= RADIANCE_PQ_DECODE_MAX_M | M above |
 |---|---|---|
 | sm_80+ | split-K: W4A16 M <= GEMV_GL_MAX_M `gemv_gl` (CUDA cores, fp32 activations), else `deqt` (W4A8: `deq`) | W4A16: dequant to fp16 scratch + cuBLAS (RADIANCE_PQ_SCRATCH_GEMM); W4A8 (RADIANCE_PQ_I8=1): `fold` tiles |
-| sm_75 | the same kinds, tiles fitted to 64 KB smem | dequant to fp16 scratch + cuBLAS |
+| sm_75 | W4A16 M <= TURING_GEMV_MAX_M: `gemv_gl` (up to 4 rows per program); above: dequant to fp16 scratch + cuBLAS | dequant to fp16 scratch + cuBLAS |
 
 GEMM kinds (triton/paro_gemm.py): `deqt` (W4A16 only: weights dequantized in registers as the
 MMA's A operand, x rows its N side -- on sm_90 the weights never pass through shared memory),
@@ -33,6 +33,12 @@ MAX_PARTS = 3
 W4A16_ONLY = ("deqt", "gemv", "gemv_gl")  # kinds that multiply fp16/fp32 activations only
 GEMV_MAX_M = 1  # W4A16 rows up to this run the Triton CUDA-core gemv (one program per row)
 GEMV_GL_MAX_M = 2  # ... and up to this the Gluon one (all rows in one program)
+# Below Ampere Triton 3.6 lowers tl.dot to FMA (no tensor cores; offline SASS for sm_75: the deq /
+# deqt / fold tiles spill 300-3700 bytes per thread), so Turing keeps every decode row on the Gluon
+# GEMV (4 rows per program, no spills) up to this M, and above it dequantizes to the scratch for
+# cuBLAS as its prefill does. 8 = two row blocks, each re-reading the weights: estimated from an
+# RTX 2060's bandwidth and FMA rate against the scratch path's 5x weight traffic, not measured.
+TURING_GEMV_MAX_M = 8
 SMEM_LIMIT = {(7, 5): 64 * 1024, (8, 0): 163 * 1024, (8, 6): 99 * 1024, (8, 9): 99 * 1024, (9, 0): 227 * 1024}
 
 
@@ -128,7 +134,8 @@ def gemv_kind() -> str:
 
 def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8: bool = False) -> Tile:
     """Split-K tile for the decode band. W4A16 with M <= GEMV_GL_MAX_M (Gluon) or GEMV_MAX_M
-    (plain Triton) runs on CUDA cores; above, and for W4A8, the tensor-core kind."""
+    (plain Triton) -- on sm_75 up to TURING_GEMV_MAX_M -- runs on CUDA cores; above, and for
+    W4A8, the tensor-core kind."""
     # measured on the H200 (bench/sweep_paro_decode.py, RESULTS "paroquant"): both kinds are bound
     # by load latency, so the tile that wins is the one that puts the most loads in flight. Gluon gemv
     # (run 3 sweep): 2 columns x 4 words per thread, 4 warps, everything of the next group prefetched
@@ -139,10 +146,11 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
     # 4 groups per load. M=3..64 W4A16 (run 6 sweep): deqt, BN 64, 4 warps, 3 stages, split-K to
     # ~16 programs per SM (8 at BM 64; gate_up M=64 split 2: 102.9 vs deq's 158.0 µs, M=8 66.1 vs
     # 71.9; down M=64 66.4 vs 90.5). W4A8: deq, the same split rule.
-    if not i8 and m <= GEMV_GL_MAX_M and gemv_kind() == "gemv_gl":
-        kind, bm, per_sm, gpi, cap_split = "gemv_gl", m, 12, 1, 8
+    turing_gemv = cap < (8, 0) and not i8 and m <= TURING_GEMV_MAX_M
+    if not i8 and (m <= GEMV_GL_MAX_M or turing_gemv) and gemv_kind() == "gemv_gl":
+        kind, bm, per_sm, gpi, cap_split = "gemv_gl", m if m <= 2 else 4, 12, 1, 8
         bn, warps, stages = (128 if m > 1 or n // 64 >= 4 * sms else 64), 4, 3 if m == 1 else 2
-    elif not i8 and m <= GEMV_MAX_M:
+    elif not i8 and (m <= GEMV_MAX_M or turing_gemv):  # one row per program (any M)
         kind, bm, per_sm, gpi, cap_split = "gemv", 1, 4, next(x for x in (4, 2, 1) if groups % x == 0), 16
         bn, warps, stages = (16, 2, 1) if n // 16 >= 4 * sms else (16, 2, 2) if groups <= 64 else (64, 4, 3)
     else:
@@ -307,6 +315,12 @@ def _scratch_forward(layer: ParoLayer, x: torch.Tensor, bias: torch.Tensor | Non
     return y.to(x.dtype)
 
 
+def scratch_min_m(layer: ParoLayer) -> int:
+    """Rows above which a W4A16 call takes the dequant-to-scratch + cuBLAS path (when enabled):
+    above the decode band, and on sm_75 above TURING_GEMV_MAX_M (its Triton dots have no tensor cores)."""
+    return min(layer.decode_max_m, TURING_GEMV_MAX_M) if layer.cap < (8, 0) else layer.decode_max_m
+
+
 def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
             bias: torch.Tensor | None = None) -> torch.Tensor:
     """y [M, N] = the layer applied to x [M, K] (bf16 / fp16 / fp32), plus `bias` (else the
@@ -319,7 +333,7 @@ def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
     m = x.shape[0]
     if m == 0:  # an empty batch launches nothing (a zero-sized grid is an error for Triton)
         return x.new_empty(0, layer.n)
-    if m > layer.decode_max_m and layer.scratch_prefill and tile is None:
+    if tile is None and layer.scratch_prefill and m > scratch_min_m(layer):
         y = _scratch_forward(layer, x, bias)
     else:
         t = tile or tile_for(layer, m)  # `tile` overrides the table (benchmark sweeps, tests)

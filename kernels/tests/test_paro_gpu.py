@@ -166,6 +166,20 @@ def test_scratch_cublas_path(gen, monkeypatch):
     assert rnd.rel(ops.forward(layer, x), rnd.reference_merged(x, parts, None)) <= 2e-3
 
 
+def test_turing_dispatch_on_this_gpu(gen):
+    """The sm_75 choices (GEMV up to TURING_GEMV_MAX_M rows, 4 per program; scratch + cuBLAS
+    above; tiles fitted to 64 KB) forced here, for their numerics."""
+    from radiance.kernels import paro_ops as ops
+    from radiance.kernels.triton import paro_random as rnd
+
+    parts = _layers([1024, 1024], 5120, gen)
+    layer = ops.prepare(*rnd.merged(parts), cap=(7, 5))
+    for m in (1, 3, 8, 9, 100):
+        x = torch.randn(m, 5120, device="cuda", dtype=torch.bfloat16)
+        err = rnd.rel(ops.forward(layer, x), rnd.reference_merged(x, parts, None))
+        assert err <= 2e-3, f"sm_75 dispatch M={m}: rel {err:.2e}"
+
+
 @pytest.mark.parametrize("i8", [False, True], ids=["W4A16", "W4A8"])
 def test_real_qwen_layer(i8):
     require(REAL.is_file(), f"{REAL} missing: make it with paro_random.export_real_layer and carry .paro_real")

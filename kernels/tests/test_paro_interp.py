@@ -99,6 +99,9 @@ def _main() -> None:
     layer = ops.prepare(qw, qz, sc, rots, bounds, cap=(7, 5))
     x = torch.randn(70, layer.k, generator=gen).to(torch.float16)
     check("scratch+mm P2 M=70", rnd.rel(ops.forward(layer, x), rnd.reference_merged(x, cases[1][1], None)), 2e-3)
+    for m in (5, 12):  # sm_75: the GEMV up to TURING_GEMV_MAX_M rows, the scratch path above
+        xm = torch.randn(m, layer.k, generator=gen).to(torch.float16)
+        check(f"sm_75 P2 M={m}", rnd.rel(ops.forward(layer, xm), rnd.reference_merged(xm, cases[1][1], None)), 2e-3)
     bias = torch.randn(layer.n, generator=gen).to(torch.float16)
     check("scratch+mm P2 M=70 bias", rnd.rel(ops.forward(layer, x, bias=bias),
                                             rnd.reference_merged(x, cases[1][1], None) + bias.float()), 2e-3)

@@ -31,6 +31,28 @@ def test_turing_tiles_are_halved_to_fit_64kb():
         assert ops.smem_bytes(t, 2) <= 64 * 1024
 
 
+def test_turing_decode_rows_stay_on_the_gemv_then_go_to_the_scratch(monkeypatch):
+    # sm_75: Triton's dots have no tensor cores there, so the GEMV takes up to TURING_GEMV_MAX_M
+    # rows (4 per program) and the scratch + cuBLAS path everything above
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("RADIANCE_PQ_GEMV", raising=False)
+    assert ops.TURING_GEMV_MAX_M == 8
+    for m, bm in ((1, 1), (2, 2), (3, 4), (8, 4)):
+        t = ops.decode_tile(m, 34816, 40, 30, (7, 5))
+        assert (t.kind, t.bm) == ("gemv_gl", bm), (m, t)
+    assert ops.decode_tile(9, 34816, 40, 30, (7, 5)).kind == "deqt"  # only if the scratch path is off
+    assert ops.decode_tile(3, 34816, 40, 30, (8, 6)).kind == "deqt"  # Ampere has the tensor cores
+    monkeypatch.setenv("RADIANCE_PQ_GEMV", "triton")  # the interpreter's kernel: one row per program
+    assert ops.decode_tile(5, 34816, 40, 30, (7, 5)).kind == "gemv"
+
+
+def test_scratch_takes_over_above_the_band(gen):
+    layer = ops.prepare(*rnd.merged([rnd.random_layer(128, 256, gen)]), cap=(7, 5))
+    assert layer.scratch_prefill and ops.scratch_min_m(layer) == ops.TURING_GEMV_MAX_M
+    h200 = ops.prepare(*rnd.merged([rnd.random_layer(128, 256, gen)]), cap=(9, 0))
+    assert ops.scratch_min_m(h200) == h200.decode_max_m
+
+
 def test_fit_tile_refuses_an_impossible_limit():
     with pytest.raises(ValueError, match="no GEMM tile fits"):
         ops.fit_tile(ops.Tile(128, 128, 8, 3), 1024)
