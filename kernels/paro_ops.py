@@ -149,7 +149,8 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
     turing_gemv = cap < (8, 0) and not i8 and m <= TURING_GEMV_MAX_M
     if not i8 and (m <= GEMV_GL_MAX_M or turing_gemv) and gemv_kind() == "gemv_gl":
         kind, bm, per_sm, gpi, cap_split = "gemv_gl", m if m <= 2 else 4, 12, 1, 8
-        bn, warps, stages = (128 if m > 1 or n // 64 >= 4 * sms else 64), 4, 3 if m == 1 else 2
+        # 4 rows x 4 columns per thread would take 251 registers on sm_75 (offline SASS): 2 columns, 128
+        bn, warps, stages = (64 if bm == 4 else 128 if m > 1 or n // 64 >= 4 * sms else 64), 4, 3 if m == 1 else 2
     elif not i8 and (m <= GEMV_MAX_M or turing_gemv):  # one row per program (any M)
         kind, bm, per_sm, gpi, cap_split = "gemv", 1, 4, next(x for x in (4, 2, 1) if groups % x == 0), 16
         bn, warps, stages = (16, 2, 1) if n // 16 >= 4 * sms else (16, 2, 2) if groups <= 64 else (64, 4, 3)

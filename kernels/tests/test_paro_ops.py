@@ -40,6 +40,7 @@ def test_turing_decode_rows_stay_on_the_gemv_then_go_to_the_scratch(monkeypatch)
     for m, bm in ((1, 1), (2, 2), (3, 4), (8, 4)):
         t = ops.decode_tile(m, 34816, 40, 30, (7, 5))
         assert (t.kind, t.bm) == ("gemv_gl", bm), (m, t)
+        assert bm < 4 or t.bn == 64  # 2 columns per thread at 4 rows (register budget)
     assert ops.decode_tile(9, 34816, 40, 30, (7, 5)).kind == "deqt"  # only if the scratch path is off
     assert ops.decode_tile(3, 34816, 40, 30, (8, 6)).kind == "deqt"  # Ampere has the tensor cores
     monkeypatch.setenv("RADIANCE_PQ_GEMV", "triton")  # the interpreter's kernel: one row per program
