@@ -32,7 +32,8 @@ def main() -> None:
         copies = max(2, math.ceil(ROTATE_BYTES / (n * k * 4.25 / 8)))
         layers = share_weights(paro_layers(sizes, k, 1, gen, False)[0], copies)
         deq = ops._SCRATCH[layers[0].wb.device].deq[: n * k].view(n, k)
-        wbf = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(max(2, math.ceil(ROTATE_BYTES / (2 * n * k))))]
+        wbf = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+               for _ in range(max(2, math.ceil(ROTATE_BYTES / (2 * n * k))))]
         for m in map(int, args.ms.split(",")):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             a = pr.rotate(x, layers[0].tables, pr.PLAIN)[0][0]
