@@ -22,10 +22,11 @@ def _readme_rows() -> dict[str, list[str]]:
 def test_readme_table_matches_knobs():
     rows = _readme_rows()
     assert set(rows) == set(KNOBS), "README knob table and radiance/knobs.py disagree"
-    for name, (default, graph, _doc) in rows.items():
+    for name, (default, graph, doc) in rows.items():
         k = KNOBS[name]
         assert default == (f"`{k.default}`" if k.default is not None else "unset"), name
         assert graph == ("yes" if k.graph else "no"), name
+        assert doc == k.doc, f"{name}: the README's text and radiance/knobs.py's differ"
 
 
 def test_code_uses_only_registered_knobs():

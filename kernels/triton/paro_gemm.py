@@ -325,4 +325,3 @@ def dequant(wb, sc, d, out: torch.Tensor) -> torch.Tensor:
     bn = 64
     _dequant_kernel[(g, triton.cdiv(n, bn))](wb, sc, d, out, n, g * 128, BN=bn, num_warps=4)
     return out
-
