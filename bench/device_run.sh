@@ -2,7 +2,7 @@
 # One device call, run from the repo root on the lent H200(s) with .whl and .paro_real carried:
 #   bash bench/device_run.sh tp tests pq2 paro      (any subset, in that order)
 # tp: bench/bench_tp.py (needs nvidia-h200-x2); tests: every gpu test of radiance.kernels;
-# sweep: bench/sweep_paro_decode.py (decode tiles); prologue: bench/sweep_prologue.py; breakdown: bench/prefill_breakdown.py; pq2 / paro: the two kernel benchmarks (extra args through PQ2_ARGS / PARO_ARGS; TESTS narrows the tests).
+# sweep: bench/sweep_paro_decode.py (decode tiles); prologue: bench/sweep_prologue.py; breakdown: bench/prefill_breakdown.py; pq2 / paro: the two kernel benchmarks (extra args through PQ2_ARGS / PARO_ARGS; TESTS narrows the tests, TEST_K selects by -k).
 set -o pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 R=$PWD; OUT=${OUT:-/tmp/out}; mkdir -p $OUT
@@ -15,7 +15,7 @@ for step in "$@"; do
   t0=$(date +%s); echo "=== $step"
   case $step in
     tp) python3 bench/bench_tp.py --out $OUT/tp.jsonl 2>&1 | tail -30 ;;
-    tests) timeout ${TEST_S:-240} python3 -P -m pytest ${TESTS:-kernels/tests} -q -p no:cacheprovider -m gpu 2>&1 \
+    tests) timeout ${TEST_S:-240} python3 -P -m pytest ${TESTS:-kernels/tests} -q -p no:cacheprovider -m gpu ${TEST_K:+-k "$TEST_K"} 2>&1 \
              | tee $OUT/pytest.log | tail -25 ;;
     pq2) python3 bench/bench_pq2.py --out $OUT $PQ2_ARGS 2>&1 | tee $OUT/pq2.log | tail -40 ;;
     paro) python3 bench/bench_paro.py --out $OUT $PARO_ARGS 2>&1 | tee $OUT/paro.log | tail -40 ;;

@@ -44,6 +44,7 @@ def main() -> None:
                 "dequant": [lambda l=l: paro_gemm.dequant(l.wb, l.sc, l.d, deq) for l in layers],
                 "mm_fp16": [lambda: a @ deq.t()] * 4,
                 "cast_bf16": [lambda: y16.to(torch.bfloat16)] * 4,
+                "cast_bf16_triton": [lambda: paro_gemm.cast(y16, torch.bfloat16)] * 4,
                 "cublas_bf16": [lambda w=w: x @ w.t() for w in wbf],
             }
             res = {s: graph_time(f) for s, f in steps.items()}

@@ -314,7 +314,7 @@ def _scratch_forward(layer: ParoLayer, x: torch.Tensor, bias: torch.Tensor | Non
             torch.mm(a[p], w[e0:e1].t(), out=y[:, e0:e1])
         else:  # cuBLAS adds the bias before its one rounding
             torch.addmm(bias[e0:e1].to(a.dtype), a[p], w[e0:e1].t(), out=y[:, e0:e1])
-    return y.to(x.dtype)
+    return paro_gemm.cast(y, x.dtype)
 
 
 def scratch_min_m(layer: ParoLayer) -> int:

@@ -166,6 +166,13 @@ def test_scratch_cublas_path(gen, monkeypatch):
     assert rnd.rel(ops.forward(layer, x), rnd.reference_merged(x, parts, None)) <= 2e-3
 
 
+def test_cast_rounds_like_torch():
+    from radiance.kernels.triton import paro_gemm
+
+    x = (torch.randn(3, 100_003, device="cuda") * 1000).half()
+    assert torch.equal(paro_gemm.cast(x, torch.bfloat16), x.to(torch.bfloat16))  # round to nearest even
+
+
 def test_turing_dispatch_on_this_gpu(gen):
     """The sm_75 choices (GEMV up to TURING_GEMV_MAX_M rows, 4 per program; scratch + cuBLAS
     above; tiles fitted to 64 KB) forced here, for their numerics."""

@@ -325,3 +325,24 @@ def dequant(wb, sc, d, out: torch.Tensor) -> torch.Tensor:
     bn = 64
     _dequant_kernel[(g, triton.cdiv(n, bn))](wb, sc, d, out, n, g * 128, BN=bn, num_warps=4)
     return out
+
+
+@triton.jit
+def _cast_kernel(X, Y, n, BLOCK: tl.constexpr):
+    # fp16 -> the output dtype, 8 elements (16 bytes) per thread: torch's converting copy ran at
+    # 1.26 TB/s on the H200, this one at ~4 (gate_up M=2048: 234 -> 70 us, RESULTS run 7)
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(Y + offs, tl.load(X + offs, mask=mask).to(Y.dtype.element_ty), mask=mask)
+
+
+def cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A contiguous tensor in `dtype` (itself when it already is)."""
+    if x.dtype == dtype:
+        return x
+    assert x.is_contiguous(), "cast reads its input as one flat array"
+    y = torch.empty(x.shape, dtype=dtype, device=x.device)
+    n = x.numel()
+    block = 8 * 32 * 8  # 8 warps x 32 threads x 8 elements
+    _cast_kernel[(triton.cdiv(n, block),)](x, y, n, BLOCK=block, num_warps=8)
+    return y
