@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("consts", nargs="*", help="NAME=int constexprs (BM, BN, GPI, NS, A_INT8, HAS_BIAS)")
     ap.add_argument("--warps", type=int, default=4)
     ap.add_argument("--stages", type=int, default=1)
+    ap.add_argument("--all", action="store_true", help="print every opcode's count")
     ap.add_argument("--sm", type=int, default=90, help="compute capability to compile for (75, 86, 90)")
     args = ap.parse_args()
     if args.kind == "gemv_gl":
@@ -75,6 +76,8 @@ def main() -> None:
     print(f"layout conversions in the loop (TTGIR): {loop.count('convert_layout')}; {usage}")
     print(f"SASS: {sum(ops.values())} instructions; global loads {dict(loads)}")
     print("      " + ", ".join(f"{o} {ops[o]}" for o in ("LOP3", "FFMA", "FADD", "I2F", "BAR", "STS", "LDS", "LDGSTS")))
+    if args.all:
+        print("      all: " + ", ".join(f"{o} {c}" for o, c in ops.most_common()))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Prologue tile sweep (one device call): rows per program x warps for each output mode at
 prefill and small-batch M, P = 1 and 3, K = 5120 and 17408 -- CUDA-graph medians, random data.
+From M = 64 also the tensor-core path (`rotate(dense=True)`: bf16 group matrices, two dots per group).
 
     python3 bench/sweep_prologue.py --out $OUT     # writes $OUT/sweep-prologue.jsonl
 """
@@ -26,6 +27,7 @@ def main() -> None:
     ap.add_argument("--out", default=".")
     ap.add_argument("--ms", default="16,512,2048")
     ap.add_argument("--modes", default="plain,i8g")
+    ap.add_argument("--table-only", action="store_true", help="gathers: only the table's tile (dense: all)")
     args = ap.parse_args()
     gen = torch.Generator(device="cuda").manual_seed(0)
     for parts, k in ((1, 5120), (3, 5120), (1, 17408)):
@@ -36,22 +38,26 @@ def main() -> None:
             out = (torch.empty(parts, m, k, device="cuda", dtype=dt),
                    torch.empty(parts, m, k // 128, device="cuda"), torch.empty(parts, m, k // 128, device="cuda"))
             res = []
-            for bm, warps in itertools.product((4, 8, 16, 32, 64), (1, 2, 4, 8)):
-                if bm > max(16, m) or bm * 128 < 32 * warps:
-                    continue
+            gathers = [(False, bm, w) for bm, w in itertools.product((4, 8, 16, 32, 64), (1, 2, 4, 8))
+                       if bm <= max(16, m) and bm * 128 >= 32 * w
+                       and (not args.table_only or (bm, w) == pr.prologue_tile(m))]
+            dense = [(True, bm, w) for bm, w in itertools.product((64, 128, 256), (4, 8))] if m >= 64 else []
+            for dn, bm, warps in gathers + dense:
                 try:
-                    us = graph_time([lambda: pr.rotate(x, tab, code, out, bm=bm, warps=warps)] * 20)
+                    us = graph_time([lambda: pr.rotate(x, tab, code, out, bm=bm, warps=warps, dense=dn)] * 20)
                 except Exception as e:  # noqa: BLE001 -- reported, the sweep goes on
-                    print(f"# P={parts} K={k} M={m} {mode} bm={bm} warps={warps}: {type(e).__name__}", flush=True)
+                    print(f"# P={parts} K={k} M={m} {mode} dense={dn} bm={bm} warps={warps}: {type(e).__name__}",
+                          flush=True)
                     continue
-                res.append((us, bm, warps))
+                res.append((us, bm, warps, dn))
                 with open(os.path.join(args.out, "sweep-prologue.jsonl"), "a") as f:
-                    f.write(json.dumps({"P": parts, "K": k, "M": m, "mode": mode, "bm": bm, "warps": warps,
-                                        "us": round(us, 2), "table": (bm, warps) == pr.prologue_tile(m)}) + "\n")
+                    f.write(json.dumps({"P": parts, "K": k, "M": m, "mode": mode, "dense": dn, "bm": bm, "warps": warps,
+                                        "us": round(us, 2), "table": not dn and (bm, warps) == pr.prologue_tile(m)})
+                            + "\n")
             res.sort()
-            table = [u for u, b, w in res if (b, w) == pr.prologue_tile(m)]
-            print(f"P={parts} K={k} M={m} {mode}: table {table} best " +
-                  " ".join(f"{u:.1f}(bm{b},w{w})" for u, b, w in res[:4]), flush=True)
+            table = [u for u, b, w, dn in res if not dn and (b, w) == pr.prologue_tile(m)]
+            print(f"P={parts} K={k} M={m} {mode}: gather table {table} best " +
+                  " ".join(f"{u:.1f}({'dense ' if dn else ''}bm{b},w{w})" for u, b, w, dn in res[:6]), flush=True)
 
 
 if __name__ == "__main__":

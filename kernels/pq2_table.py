@@ -108,20 +108,23 @@ def tile_class(m: int) -> str:
 
 
 # measured winners per (device family, path, n, k, tile class): bench/RESULTS.md (pq2) (H200, 2026-11-29,
-# run 3: the fastest tile summed over the class's M values; run 4 re-swept the small band at M=2,8,16)
+# run 3: the fastest tile summed over the class's M values; run 4 re-swept the small band at M=2,8,16;
+# 2026-11-30 run 7: the one-dot tiles won the small, mid and large classes on the four 27B shapes)
 _W8 = Tile(bn=64, bc=8, warps=8)
 _NARROW = Tile(bn=8, bc=16)
-_MID2 = Tile(bn=64, bt=64, splits=2)
-_MID1 = Tile(bn=64, bt=64)
-_LARGE = Tile(bn=64, bt=128)
+_MID2 = Tile(bn=64, bt=64, splits=2, one_dot=True)  # run 7: one K=128 dot per group, -13 to -19 % at M=64
+_MID1 = Tile(bn=64, bt=64, one_dot=True)
+_LARGE = Tile(bn=64, bt=128, one_dot=True)  # run 7: -34 to -36 % at M=2048
+_S4 = Tile(bn=128, bt=16, splits=4, one_dot=True)  # run 7: -2 to -5 % at M=2..16
+_S8 = Tile(bn=128, bt=16, splits=8, one_dot=True)
 _G16S4 = Tile(bn=128, bt=16, bc=2, splits=4)
 TUNED: dict[tuple[str, str, int, int, str], Tile] = {}
 for (_n, _k), (_m1, _small, _mid, _gluon) in {
-    (34816, 5120): (_W8, Tile(bn=128, bt=16, splits=4), _MID2, _G16S4),  # gate_up
-    (5120, 17408): (_NARROW, Tile(bn=128, bt=16, splits=8), _MID2, _G16S4),  # down (run 4)
-    (14336, 5120): (_W8, Tile(bn=256, bt=16, splits=4), _MID1, Tile(bn=128, bt=8, bc=4, splits=4)),  # qkv
-    (5120, 6144): (_NARROW, Tile(bn=128, bt=16, splits=8), _MID2, _G16S4),  # out (run 4)
-    (248320, 5120): (_W8, Tile(bn=256, bt=16), _MID1, Tile(bn=128, bt=16, bc=2)),  # lm_head
+    (34816, 5120): (_W8, _S4, _MID2, _G16S4),  # gate_up
+    (5120, 17408): (_NARROW, _S8, _MID2, _G16S4),  # down
+    (14336, 5120): (_W8, _S4, _MID1, Tile(bn=128, bt=8, bc=4, splits=4)),  # qkv
+    (5120, 6144): (_NARROW, _S8, _MID2, _G16S4),  # out
+    (248320, 5120): (_W8, Tile(bn=256, bt=16), Tile(bn=64, bt=64), Tile(bn=128, bt=16, bc=2)),  # lm_head (run 3)
 }.items():
     TUNED[("sm_90", "dp4a", _n, _k, "m1")] = _m1
     TUNED[("sm_90", "planes", _n, _k, "small")] = _small
@@ -136,9 +139,13 @@ CANDIDATES: dict[str, list[Tile]] = {
              Tile(bn=16, bc=8, warps=4, splits=2)],
     "m1": [],
     "small": [Tile(bn=256, bt=16, splits=s) for s in (1, 2, 4, 8)] + [Tile(bn=128, bt=16, splits=s) for s in (4, 8)]
-    + [Tile(bn=64, bt=16, splits=s) for s in (2, 4, 8)],  # more programs in flight: the paroquant deq lesson
-    "mid": [Tile(bn=64, bt=64, splits=2), Tile(bn=64, bt=64)],
-    "prefill": [Tile(bn=64, bt=128, warps=4), Tile(bn=64, bt=64, warps=4)],
+    + [Tile(bn=64, bt=16, splits=s) for s in (2, 4, 8)]  # more programs in flight: the paroquant deq lesson
+    + [Tile(bn=256, bt=16, splits=4, one_dot=True), Tile(bn=128, bt=16, splits=4, one_dot=True),
+       Tile(bn=128, bt=16, splits=8, one_dot=True)],
+    "mid": [Tile(bn=64, bt=64, splits=2), Tile(bn=64, bt=64), Tile(bn=64, bt=64, splits=2, one_dot=True),
+            Tile(bn=64, bt=64, one_dot=True)],
+    "prefill": [Tile(bn=64, bt=128), Tile(bn=64, bt=128, one_dot=True), Tile(bn=128, bt=64, one_dot=True),
+                Tile(bn=128, bt=128, one_dot=True), Tile(bn=64, bt=128, stages=4, one_dot=True)],
     # Gluon mma_v2: bn = weight rows (16 x warps x k), bt = 8 or 16 tokens, bc = groups per loop step
     "gluon": [Tile(bn=128, bt=8, bc=4), Tile(bn=128, bt=16, bc=2), Tile(bn=64, bt=8, bc=2),
               Tile(bn=128, bt=8, bc=4, splits=4), Tile(bn=128, bt=16, bc=2, splits=4)],
@@ -157,11 +164,11 @@ def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family:
             t = replace(t, splits=_splits_for(-(-n // t.bn), -(-groups // t.bc), sms, 2) if split_k else 1)
         elif path == "planes":
             if m <= 16:
-                t = Tile(bn=256, bt=16, warps=4, stages=3)
+                t = Tile(bn=128, bt=16, warps=4, stages=3, one_dot=True)
             elif m <= 64:
-                t = Tile(bn=64, bt=32 if m <= 32 else 64, warps=4, stages=3)
+                t = Tile(bn=64, bt=32 if m <= 32 else 64, warps=4, stages=3, one_dot=True)
             else:
-                t = Tile(bn=64, bt=128, warps=4, stages=3)
+                t = Tile(bn=64, bt=128, warps=4, stages=3, one_dot=True)
             programs = -(-n // t.bn) * -(-m // t.bt)
             t = replace(t, splits=_splits_for(programs, groups, sms, 4) if split_k else 1)
         elif path == "gluon":

@@ -58,11 +58,11 @@ def test_prologue_rotation_fp32(k, gen):
 
     (t,) = _layers([128], k, gen)
     tab = pr.build_tables([rnd.rotation_of(t)])
-    for m in (1, 7, 2048):
+    for m, dense in ((1, None), (7, None), (7, True), (2048, False), (2048, None)):  # None: as dispatched
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        a, _, _ = pr.rotate(x, tab, pr.ROT32)
+        a, _, _ = pr.rotate(x, tab, pr.ROT32, dense=dense)
         err = rnd.rel(a[0], reference.rotate(x, t.pairs, t.theta, t.channel_scales))
-        assert err <= 1e-5, f"K={k} M={m}: prologue rel {err:.2e}"
+        assert err <= 1e-5, f"K={k} M={m} dense={dense}: prologue rel {err:.2e}"
 
 
 def test_prologue_int8_matches_quant_int8_group(gen):
@@ -72,12 +72,14 @@ def test_prologue_int8_matches_quant_int8_group(gen):
 
     (t,) = _layers([128], 5120, gen)
     x = torch.randn(300, 5120, device="cuda", dtype=torch.bfloat16) * 3
-    q, s, rs = pr.rotate(x, pr.build_tables([rnd.rotation_of(t)]), pr.I8G)
+    tab = pr.build_tables([rnd.rotation_of(t)])
     qr, sr = reference.quant_int8_group(reference.rotate(x, t.pairs, t.theta, t.channel_scales))
-    flips = (q[0].int() - qr.int()).abs()
-    assert int(flips.max()) <= 1 and float(flips.gt(0).float().mean()) < 1e-4
-    assert rnd.rel(s[0], sr) < 1e-6
-    assert torch.equal(rs[0], q[0].float().view(300, -1, 128).sum(-1))
+    for dense, tol in ((False, 1e-6), (True, 1e-5)):  # the tensor-core rotation: within the rotation's gate
+        q, s, rs = pr.rotate(x, tab, pr.I8G, dense=dense)
+        flips = (q[0].int() - qr.int()).abs()
+        assert int(flips.max()) <= 1 and float(flips.gt(0).float().mean()) < 1e-4, f"dense={dense}"
+        assert rnd.rel(s[0], sr) < tol, f"dense={dense}: scales rel {rnd.rel(s[0], sr):.2e}"
+        assert torch.equal(rs[0], q[0].float().view(300, -1, 128).sum(-1)), f"dense={dense}"
 
 
 @pytest.mark.parametrize("i8", [False, True], ids=["W4A16", "W4A8"])

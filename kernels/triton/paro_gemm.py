@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from radiance.kernels.formats.paroquant import GROUP_SIZE, unpack_awq
+from radiance.kernels.triton.small_int import small_int_f32
 
 
 def repack(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: list[torch.Tensor]):
@@ -139,8 +140,7 @@ def _paro_fold_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
             lo = _nibble_i8(w & 15)
             hi = _nibble_i8(w >> 4)
             dg = tl.dot(lo, a_lo, out_dtype=tl.int32)
-            dg = tl.dot(hi, a_hi, dg, out_dtype=tl.int32)
-            dg = dg.to(tl.float32)
+            dg = small_int_f32(tl.dot(hi, a_hi, dg, out_dtype=tl.int32), 0)
         else:
             lo = _nibble_f16(w & 15) - 1032.0  # c - 8, exact
             hi = _nibble_f16(w >> 4) - 1032.0
@@ -181,7 +181,7 @@ def _paro_deq_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb
             zs = sc * tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.float32)
             s = tl.load(S + s_base + g, mask=mmask, other=0.0)
             sr = s * tl.load(RS + s_base + g, mask=mmask, other=0.0)
-            acc += (dg.to(tl.float32) * sc[None, :]) * s[:, None] - sr[:, None] * zs[None, :]
+            acc += (small_int_f32(dg, 0) * sc[None, :]) * s[:, None] - sr[:, None] * zs[None, :]
         else:
             sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0)
             zp = _zero_f16(D + g * N + offs_n, nmask)

@@ -30,7 +30,8 @@ import triton.language as tl
 
 GROUP = 128
 ROT32, F16G, I8G, PLAIN, ROT32P = 0, 1, 2, 3, 4
-_RNE_MAGIC = 12582912.0  # 1.5 * 2^23: (v + m) - m rounds |v| < 2^22 to nearest even in fp32
+DENSE_MIN_M = 512  # bf16 rows from which the tensor-core path wins on every swept shape (RESULTS run 7)
+HILO = 5  # internal: a group matrix as bf16 high and low parts (rotate's dense path)
 
 
 @dataclass
@@ -90,27 +91,15 @@ def build_tables(rotations: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 @triton.jit
-def _rotate_kernel(X, PARTNER, COS, SSIN, CS, A, S, RS,
-                   M, K, G, stride_xm,
-                   KROT: tl.constexpr, BM: tl.constexpr, OUT_MODE: tl.constexpr):
-    g = tl.program_id(0)
-    pid_m = tl.program_id(1)
-    p = tl.program_id(2)
-    rows = pid_m * BM + tl.arange(0, BM)
-    cols = tl.arange(0, 128)
-    rmask = rows < M
+def _store_group(x, A, S, RS, rows, cols, rmask, g, p, M, K, G, BM: tl.constexpr, OUT_MODE: tl.constexpr):
+    # the rotated group x [BM, 128] (fp32) in the format OUT_MODE names (module docstring)
     kk = g * 128 + cols
-    x = tl.load(X + rows[:, None] * stride_xm + kk[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
-    x = x * tl.load(CS + p * K + kk)[None, :]
-    for layer in tl.static_range(KROT):
-        tab = (p * KROT + layer) * K + kk
-        idx = tl.load(PARTNER + tab)
-        c = tl.load(COS + tab)
-        s = tl.load(SSIN + tab)
-        xp = tl.gather(x, tl.broadcast_to(idx[None, :], (BM, 128)), axis=1)
-        x = x * c[None, :] + xp * s[None, :]
     out = A + p * M * K + rows[:, None] * K + kk[None, :]
-    if OUT_MODE == 0 or OUT_MODE == 4:
+    if OUT_MODE == 5:  # HILO: x = hi + lo to 16 significant bits, lo stored P*M*K further on
+        hi = x.to(tl.bfloat16)
+        tl.store(out, hi, mask=rmask[:, None])
+        tl.store(out + G * 128 * M * tl.num_programs(2), (x - hi.to(tl.float32)).to(tl.bfloat16), mask=rmask[:, None])
+    elif OUT_MODE == 0 or OUT_MODE == 4:
         if OUT_MODE == 0:
             tl.store(out, x, mask=rmask[:, None])
         else:
@@ -146,6 +135,53 @@ def _rotate_kernel(X, PARTNER, COS, SSIN, CS, A, S, RS,
         tl.store(RS + sg, rs, mask=rmask)
 
 
+@triton.jit
+def _rotate_kernel(X, PARTNER, COS, SSIN, CS, A, S, RS,
+                   M, K, G, stride_xm,
+                   KROT: tl.constexpr, BM: tl.constexpr, OUT_MODE: tl.constexpr, IDENT: tl.constexpr):
+    # IDENT: rows of the 128x128 identity instead of X -- the rotation applied to it is the group's
+    # whole rotation as a matrix (rotate_dense's T)
+    g = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    p = tl.program_id(2)
+    rows = pid_m * BM + tl.arange(0, BM)
+    cols = tl.arange(0, 128)
+    rmask = rows < M
+    kk = g * 128 + cols
+    if IDENT:
+        x = tl.where(rows[:, None] == cols[None, :], 1.0, 0.0)
+    else:
+        x = tl.load(X + rows[:, None] * stride_xm + kk[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
+    x = x * tl.load(CS + p * K + kk)[None, :]
+    for layer in tl.static_range(KROT):
+        tab = (p * KROT + layer) * K + kk
+        idx = tl.load(PARTNER + tab)
+        c = tl.load(COS + tab)
+        s = tl.load(SSIN + tab)
+        xp = tl.gather(x, tl.broadcast_to(idx[None, :], (BM, 128)), axis=1)
+        x = x * c[None, :] + xp * s[None, :]
+    _store_group(x, A, S, RS, rows, cols, rmask, g, p, M, K, G, BM, OUT_MODE)
+
+
+@triton.jit
+def _rotate_dense_kernel(X, T, A, S, RS, M, K, G, stride_xm, BM: tl.constexpr, OUT_MODE: tl.constexpr):
+    # many bf16 rows: the group's whole rotation (channel scale + krot Givens layers) as one 128x128
+    # matrix T_g = T_hi + T_lo applied on the tensor cores. x is exact in bf16 and the two bf16
+    # parts hold T_g to 16 significant bits, so two bf16 dots with fp32 accumulation give the
+    # rotation to ~1e-5 -- the gathers' 8 shuffle passes per layer become 2 MMAs per group.
+    g = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    p = tl.program_id(2)
+    rows = pid_m * BM + tl.arange(0, BM)
+    cols = tl.arange(0, 128)
+    rmask = rows < M
+    x = tl.load(X + rows[:, None] * stride_xm + g * 128 + cols[None, :], mask=rmask[:, None], other=0.0)
+    t = T + p * 128 * K + cols[:, None] * K + g * 128 + cols[None, :]  # [r, c] = T_g
+    acc = tl.dot(x, tl.load(t))
+    acc = tl.dot(x, tl.load(t + tl.num_programs(2) * 128 * K), acc)
+    _store_group(acc, A, S, RS, rows, cols, rmask, g, p, M, K, G, BM, OUT_MODE)
+
+
 _OUT_DTYPE = {ROT32: torch.float32, F16G: torch.float16, I8G: torch.int8, PLAIN: torch.float16, ROT32P: torch.float32}
 
 
@@ -160,12 +196,29 @@ def prologue_tile(m: int) -> tuple[int, int]:
     return bm, 4 if bm == 4 else 2
 
 
+def group_matrices(tables: RotTables, device, mode: int = HILO) -> torch.Tensor:
+    """Each group's whole rotation as a 128x128 matrix (row r = the rotated unit vector e_r), by
+    the gather kernel run on the identity: HILO -> bf16 [2 (high, low), P, 128, K], whose sum
+    holds T to 16 significant bits; ROT32 -> fp32 [1, P, 128, K]."""
+    parts, k = tables.parts, tables.k
+    g = k // GROUP
+    t = torch.empty(2 if mode == HILO else 1, parts, GROUP, k, device=device,
+                    dtype=torch.bfloat16 if mode == HILO else torch.float32)
+    rs = torch.empty(parts, GROUP, g, dtype=torch.float32, device=device)  # ROT32's group sums, unused
+    ibm, iwarps = prologue_tile(GROUP)
+    _rotate_kernel[(g, GROUP // ibm, parts)](t, tables.partner, tables.cos, tables.ssin, tables.cs, t, rs, rs,
+                                             GROUP, k, g, 0, KROT=tables.krot, BM=ibm, OUT_MODE=mode,
+                                             IDENT=True, num_warps=iwarps)
+    return t
+
+
 def rotate(x: torch.Tensor, tables: RotTables, mode: int,
            out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-           bm: int | None = None, warps: int | None = None):
+           bm: int | None = None, warps: int | None = None, dense: bool | None = None):
     """x [M, K] (bf16/fp16/fp32) -> (A [P, M, K], S [P, M, G] fp32, RS [P, M, G] fp32).
     S is None in ROT32(P) and PLAIN modes, RS in PLAIN. bm / warps override the rows per
-    program and warps (tile sweeps)."""
+    program and warps (tile sweeps); dense forces (or refuses) the tensor-core path that
+    bf16 activations of M >= DENSE_MIN_M rows take on sm_80+."""
     if x.dim() != 2 or x.shape[1] != tables.k:
         raise ValueError(f"paroquant prologue: x must be [M, {tables.k}], got {list(x.shape)}")
     if x.stride(1) != 1:
@@ -179,11 +232,23 @@ def rotate(x: torch.Tensor, tables: RotTables, mode: int,
         rs = torch.empty(parts, m, g, dtype=torch.float32, device=x.device)
     else:
         a, s, rs = out
-    tbm, twarps = prologue_tile(m)
-    bm, warps = bm or tbm, warps or twarps
-    grid = (g, triton.cdiv(m, bm), parts)
-    _rotate_kernel[grid](x, tables.partner, tables.cos, tables.ssin, tables.cs, a, s, rs,
-                         m, k, g, x.stride(0), KROT=tables.krot, BM=bm, OUT_MODE=mode, num_warps=warps)
+    if dense is None:
+        dense = (m >= DENSE_MIN_M and x.dtype == torch.bfloat16 and x.is_cuda
+                 and torch.cuda.get_device_capability(x.device) >= (8, 0))
+    if dense:  # T [2 (hi, lo), P, 128, K]: row r of T_g is the rotated e_r; then two dots per group
+        if x.dtype != torch.bfloat16:
+            raise ValueError(f"paroquant prologue: the tensor-core path takes bf16 activations, got {x.dtype}")
+        t = group_matrices(tables, x.device)
+        dbm, dwarps = (128, 8) if mode == I8G else (64, 4)  # sweep_prologue, RESULTS run 7
+        bm, warps = bm or dbm, warps or dwarps
+        _rotate_dense_kernel[(g, triton.cdiv(m, bm), parts)](x, t, a, s, rs, m, k, g, x.stride(0), BM=bm,
+                                                             OUT_MODE=mode, num_warps=warps)
+    else:
+        tbm, twarps = prologue_tile(m)
+        bm, warps = bm or tbm, warps or twarps
+        _rotate_kernel[(g, triton.cdiv(m, bm), parts)](x, tables.partner, tables.cos, tables.ssin, tables.cs, a,
+                                                       s, rs, m, k, g, x.stride(0), KROT=tables.krot, BM=bm,
+                                                       OUT_MODE=mode, IDENT=False, num_warps=warps)
     if mode == PLAIN:
         return a, None, None
     if mode in (ROT32, ROT32P):

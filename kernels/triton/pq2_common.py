@@ -6,11 +6,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from radiance.kernels.triton.small_int import small_int_f32
+
 
 @triton.jit
-def group_acc(acc, idot, sa, sw):
-    # acc += (int dot * activation scale) * weight scale, one 128-group at a time, in group order
-    return acc + (idot.to(tl.float32) * sa) * sw
+def group_acc(acc, idot, t, sa, sw):
+    # acc += ((int dot - t) * activation scale) * weight scale, one 128-group at a time, in group
+    # order; t is the ternary -1's group sum of q (0 where the codes are already -1/0/1)
+    return acc + (small_int_f32(idot, t) * sa) * sw
 
 
 @triton.jit

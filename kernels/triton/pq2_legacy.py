@@ -29,5 +29,5 @@ def pq2_legacy_gemm(Q, S, W, WS, Y, M, N, K, KW,
         idot = tl.dot(q, tl.trans(c), out_dtype=tl.int32)
         sa = tl.load(S + m * groups + g, mask=mm, other=0.0)
         sw = tl.load(WS + n * groups + g, mask=nm, other=0.0).to(tl.float32)
-        acc = group_acc(acc, idot, sa[:, None], sw[None, :])
+        acc = group_acc(acc, idot, 0, sa[:, None], sw[None, :])
     tl.store(Y + m[:, None] * N + n[None, :], acc.to(Y.dtype.element_ty), mask=mm[:, None] & nm[None, :])

@@ -61,7 +61,7 @@ def pq2_planes_gemm(Q, S, T, W, WS, Y, P, M, N, K, KW,
                 idot = tl.dot(a, q, idot, out_dtype=tl.int32)
         t = tl.load(T + m * groups + g, mask=mm, other=0)
         sa = tl.load(S + m * groups + g, mask=mm, other=0.0)
-        acc = group_acc(acc, idot - t[None, :], sa[None, :], sw[:, None])
+        acc = group_acc(acc, idot, t[None, :], sa[None, :], sw[:, None])
     out = tl.trans(acc)  # [BT, BN]: rows of Y, stored along N
     mask = mm[:, None] & nm[None, :]
     if SPLITS == 1:
