@@ -67,6 +67,9 @@ def _main() -> None:
     # this interpreter's bf16 tl.dot is wrong, 2e10 off on a 16x16 product)
     hilo, t32 = pr.group_matrices(tab, "cpu"), pr.group_matrices(tab, "cpu", pr.ROT32)[0, 0]
     check("prologue group matrices hi + lo", rnd.rel(hilo[0, 0].float() + hilo[1, 0].float(), t32), 2e-5)
+    mats = reference.group_rotation_matrices(reference.rotation_plan(t.pairs, t.theta))  # no channel scales
+    want = t.channel_scales.float().reshape(-1, 128, 1) * mats
+    check("prologue group matrices vs reference", rnd.rel(t32.view(128, -1, 128).permute(1, 0, 2), want), 1e-6)
     via = torch.cat([x[:, i:i + 128] @ t32[:, i:i + 128] for i in range(0, 384, 128)], 1)
     check("prologue group matrices applied", rnd.rel(via, a[0]), 1e-6)
 
