@@ -140,7 +140,7 @@ def _rotate_kernel(X, PARTNER, COS, SSIN, CS, A, S, RS,
                    M, K, G, stride_xm,
                    KROT: tl.constexpr, BM: tl.constexpr, OUT_MODE: tl.constexpr, IDENT: tl.constexpr):
     # IDENT: rows of the 128x128 identity instead of X -- the rotation applied to it is the group's
-    # whole rotation as a matrix (rotate_dense's T)
+    # whole rotation as a matrix (group_matrices)
     g = tl.program_id(0)
     pid_m = tl.program_id(1)
     p = tl.program_id(2)
@@ -168,7 +168,7 @@ def _rotate_dense_kernel(X, T, A, S, RS, M, K, G, stride_xm, BM: tl.constexpr, O
     # many bf16 rows: the group's whole rotation (channel scale + krot Givens layers) as one 128x128
     # matrix T_g = T_hi + T_lo applied on the tensor cores. x is exact in bf16 and the two bf16
     # parts hold T_g to 16 significant bits, so two bf16 dots with fp32 accumulation give the
-    # rotation to ~1e-5 -- the gathers' 8 shuffle passes per layer become 2 MMAs per group.
+    # rotation to ~1e-5 -- the krot gathers across lanes become 2 MMAs per group.
     g = tl.program_id(0)
     pid_m = tl.program_id(1)
     p = tl.program_id(2)
