@@ -98,7 +98,7 @@ def _store_group(x, A, S, RS, rows, cols, rmask, g, p, M, K, G, BM: tl.constexpr
     if OUT_MODE == 5:  # HILO: x = hi + lo to 16 significant bits, lo stored P*M*K further on
         hi = x.to(tl.bfloat16)
         tl.store(out, hi, mask=rmask[:, None])
-        tl.store(out + G * 128 * M * tl.num_programs(2), (x - hi.to(tl.float32)).to(tl.bfloat16), mask=rmask[:, None])
+        tl.store(out + K * M * tl.num_programs(2), (x - hi.to(tl.float32)).to(tl.bfloat16), mask=rmask[:, None])
     elif OUT_MODE == 0 or OUT_MODE == 4:
         if OUT_MODE == 0:
             tl.store(out, x, mask=rmask[:, None])
@@ -136,17 +136,19 @@ def _store_group(x, A, S, RS, rows, cols, rmask, g, p, M, K, G, BM: tl.constexpr
 
 
 @triton.jit
+def _group_program(M, BM: tl.constexpr):
+    # grid (group, row block, partition) -> this program's group, partition, rows, columns, row mask
+    rows = tl.program_id(1) * BM + tl.arange(0, BM)
+    return tl.program_id(0), tl.program_id(2), rows, tl.arange(0, 128), rows < M
+
+
+@triton.jit
 def _rotate_kernel(X, PARTNER, COS, SSIN, CS, A, S, RS,
                    M, K, G, stride_xm,
                    KROT: tl.constexpr, BM: tl.constexpr, OUT_MODE: tl.constexpr, IDENT: tl.constexpr):
     # IDENT: rows of the 128x128 identity instead of X -- the rotation applied to it is the group's
     # whole rotation as a matrix (group_matrices)
-    g = tl.program_id(0)
-    pid_m = tl.program_id(1)
-    p = tl.program_id(2)
-    rows = pid_m * BM + tl.arange(0, BM)
-    cols = tl.arange(0, 128)
-    rmask = rows < M
+    g, p, rows, cols, rmask = _group_program(M, BM)
     kk = g * 128 + cols
     if IDENT:
         x = tl.where(rows[:, None] == cols[None, :], 1.0, 0.0)
@@ -169,12 +171,7 @@ def _rotate_dense_kernel(X, T, A, S, RS, M, K, G, stride_xm, BM: tl.constexpr, O
     # matrix T_g = T_hi + T_lo applied on the tensor cores. x is exact in bf16 and the two bf16
     # parts hold T_g to 16 significant bits, so two bf16 dots with fp32 accumulation give the
     # rotation to ~1e-5 -- the krot gathers across lanes become 2 MMAs per group.
-    g = tl.program_id(0)
-    pid_m = tl.program_id(1)
-    p = tl.program_id(2)
-    rows = pid_m * BM + tl.arange(0, BM)
-    cols = tl.arange(0, 128)
-    rmask = rows < M
+    g, p, rows, cols, rmask = _group_program(M, BM)
     x = tl.load(X + rows[:, None] * stride_xm + g * 128 + cols[None, :], mask=rmask[:, None], other=0.0)
     t = T + p * 128 * K + cols[:, None] * K + g * 128 + cols[None, :]  # [r, c] = T_g
     acc = tl.dot(x, tl.load(t))
