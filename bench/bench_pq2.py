@@ -171,6 +171,8 @@ def variants(m, n, k, sweep, legacy=True):
     if b == "small":
         for t in (CANDIDATES["gluon"] if sweep else [None]):
             yield "gluon", t
+        for t in (CANDIDATES["dp4a_rows"] if sweep and m <= 8 else [None] if m <= 8 else []):
+            yield "dp4a", t
 
 
 def bench_skinny(ms, bw, emit):

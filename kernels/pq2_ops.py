@@ -134,7 +134,8 @@ def forward(layer: Pq2Layer, x: torch.Tensor, kernel_set: str | None = None,
     if m == 0:
         return y.reshape(*lead, layer.n)
     kernel_set = kernel_set or os.environ.get("RADIANCE_PQ2_KERNELS", "tuned")
-    chosen, split_k = table.select_path(kernel_set, m, os.environ, _capability(x.device))
+    chosen, split_k = table.select_path(kernel_set, m, os.environ, _capability(x.device),
+                                        (_family(x.device), layer.n, layer.k))
     path = path or chosen
     if tile is None:
         tile = table.tile_for(path, layer.n, layer.k, m, _sms(x.device), split_k, _family(x.device))
@@ -201,9 +202,9 @@ def _run_dp4a(layer, q, a, t, y, m, tile: table.Tile) -> None:
     per = -(-(-(-groups // tile.bc)) // tile.splits) * tile.bc  # groups per split, as the kernel computes it
     even = layer.n % tile.bn == 0 and groups % per == 0 and per % tile.bc == 0 and groups // per == tile.splits
     launch = layer.plan(("dp4a", tile, y.dtype), lambda: _Launch(
-        pq2_gemv_dp4a, {"BN": tile.bn, "BC": tile.bc, "SPLITS": tile.splits, "STAGES": tile.stages,
+        pq2_gemv_dp4a, {"BN": tile.bn, "BC": tile.bc, "MR": tile.mr, "SPLITS": tile.splits, "STAGES": tile.stages,
                         "ASM": not INTERPRET, "EVEN": even}, tile.warps, 1))
-    grid = (triton.cdiv(layer.n, tile.bn), tile.splits, m)
+    grid = (triton.cdiv(layer.n, tile.bn), tile.splits, triton.cdiv(m, tile.mr))
     launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, p, m, layer.n, layer.k, layer.k // 16)
     if tile.splits > 1:
         _reduce(layer, p, y, tile.splits)

@@ -24,7 +24,7 @@ SMALL_MAX_M = 16
 # band -> (knob, allowed paths)
 SWITCHES = {
     "m1": ("RADIANCE_PQ2_M1", ("dp4a", "legacy")),
-    "small": ("RADIANCE_PQ2_SMALL", ("planes", "gluon", "legacy")),
+    "small": ("RADIANCE_PQ2_SMALL", ("planes", "gluon", "dp4a", "legacy")),
     "prefill": ("RADIANCE_PQ2_PREFILL", ("planes", "legacy")),
 }
 SET_PATHS = {
@@ -53,10 +53,19 @@ def check_set(kernel_set: str) -> str:
 TENSOR_CORE_PATHS = ("legacy", "planes", "gluon")  # int8 MMA: sm_80+ (Triton has no int8 dot on sm_75)
 
 
-def select_path(kernel_set: str, m: int, env: dict[str, str], capability: tuple[int, int] = (8, 0)) -> tuple[str, bool]:
+# (device family, n, k) -> the largest M the DP4A GEMV (token rows sharing each weight word) serves
+# in the tuned set, ahead of the small band's tensor-core kernel. H200 run 8, M = 2: down 21.0 vs
+# 22.4 us, qkv 16.7 vs 18.1, out 10.4 vs 12.6; gate_up (34.1 vs 31.2) and lm_head stay on `planes`,
+# and at M = 4 the GEMV lost on every shape.
+GEMV_ROWS_MAX_M: dict[tuple[str, int, int], int] = {
+    ("sm_90", 5120, 17408): 2, ("sm_90", 14336, 5120): 2, ("sm_90", 5120, 6144): 2}
+
+
+def select_path(kernel_set: str, m: int, env: dict[str, str], capability: tuple[int, int] = (8, 0),
+                shape: tuple[str, int, int] = ("", 0, 0)) -> tuple[str, bool]:
     """-> (path, split_k_allowed) for M rows on a GPU of `capability`. `env` holds the switches
-    (os.environ or a test dict). Before sm_80 every band and set runs the DP4A kernel (one row per
-    grid step; the sets coincide there)."""
+    (os.environ or a test dict); `shape` = (device family, n, k) picks the measured GEMV-rows cut.
+    Before sm_80 every band and set runs the DP4A kernel (the sets coincide there)."""
     b = band(m)
     path = SET_PATHS[check_set(kernel_set)][b]
     name, allowed = SWITCHES[b]
@@ -65,6 +74,8 @@ def select_path(kernel_set: str, m: int, env: dict[str, str], capability: tuple[
         if raw not in allowed:
             raise Pq2ConfigError(f"{name}={raw!r}: use one of {', '.join(allowed)} (or unset it to follow the set)")
         path = raw
+    elif kernel_set == "tuned" and b == "small" and m <= GEMV_ROWS_MAX_M.get(shape, 1):
+        path = "dp4a"
     if capability < (8, 0):
         if raw in TENSOR_CORE_PATHS:
             raise Pq2ConfigError(f"{name}={raw}: int8 tensor-core kernels need sm_80+, this GPU is "
@@ -88,6 +99,7 @@ class Tile:
     bn: int  # weight rows per program
     bt: int = 16  # tokens per program (tensor-core paths)
     bc: int = 8  # groups per step (DP4A GEMV)
+    mr: int = 1  # token rows per program (DP4A GEMV)
     splits: int = 1
     warps: int = 4
     stages: int = 3
@@ -146,6 +158,10 @@ CANDIDATES: dict[str, list[Tile]] = {
             Tile(bn=64, bt=64, one_dot=True)],
     "prefill": [Tile(bn=64, bt=128), Tile(bn=64, bt=128, one_dot=True), Tile(bn=128, bt=64, one_dot=True),
                 Tile(bn=128, bt=128, one_dot=True), Tile(bn=64, bt=128, stages=4, one_dot=True)],
+    # the DP4A GEMV with mr token rows per program (small band, M = 2..8)
+    "dp4a_rows": [Tile(bn=64, bc=8, warps=8, mr=2), Tile(bn=32, bc=8, warps=8, mr=2), Tile(bn=64, bc=8, warps=8, mr=4),
+                  Tile(bn=32, bc=8, warps=8, mr=4), Tile(bn=8, bc=16, mr=2), Tile(bn=8, bc=16, mr=4),
+                  Tile(bn=16, bc=8, warps=4, mr=4)],
     # Gluon mma_v2: bn = weight rows (16 x warps x k), bt = 8 or 16 tokens, bc = groups per loop step
     "gluon": [Tile(bn=128, bt=8, bc=4), Tile(bn=128, bt=16, bc=2), Tile(bn=64, bt=8, bc=2),
               Tile(bn=128, bt=8, bc=4, splits=4), Tile(bn=128, bt=16, bc=2, splits=4)],
@@ -161,7 +177,9 @@ def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family:
     if t is None:
         if path == "dp4a":  # the H200 sweep: wide layers like 32 rows x 8 warps, narrow ones 8 rows
             t = Tile(bn=64, bc=8, warps=8) if n >= 8192 else Tile(bn=8, bc=16)
-            t = replace(t, splits=_splits_for(-(-n // t.bn), -(-groups // t.bc), sms, 2) if split_k else 1)
+            t = replace(t, mr=1 if m == 1 else 2 if m == 2 else 4)  # token rows sharing each weight word
+            # every timed rows tile ran unsplit (its programs already re-use each weight word mr times)
+            t = replace(t, splits=_splits_for(-(-n // t.bn), -(-groups // t.bc), sms, 2) if split_k and t.mr == 1 else 1)
         elif path == "planes":
             if m <= 16:
                 t = Tile(bn=128, bt=16, warps=4, stages=3, one_dot=True)

@@ -43,7 +43,7 @@ def _ms_for(n):
 def _paths(m):
     from radiance.kernels.pq2_table import band
 
-    # dp4a at M > 1 is the sm_75 path (one token row per grid step); checked here on any GPU
+    # dp4a at M > 1: the sm_75 path and RADIANCE_PQ2_SMALL=dp4a (up to 4 token rows per program)
     return {"m1": ["legacy", "dp4a"], "small": ["legacy", "planes", "gluon", "dp4a"], "prefill": ["legacy", "planes"]}[band(m)]
 
 
@@ -104,7 +104,8 @@ def test_every_candidate_tile_exact(n, k):
     dev = _cuda()
     layer, _, codes = _layer(n, k, dev, unit_scales=True)
     w = codes.to(torch.float64) - 1
-    cases = [(1, "dp4a", CANDIDATES["dp4a"]), (3, "planes", CANDIDATES["small"]), (16, "planes", CANDIDATES["small"]),
+    cases = [(1, "dp4a", CANDIDATES["dp4a"]), (3, "dp4a", CANDIDATES["dp4a_rows"]), (8, "dp4a", CANDIDATES["dp4a_rows"]),
+             (3, "planes", CANDIDATES["small"]), (16, "planes", CANDIDATES["small"]),
              (3, "gluon", CANDIDATES["gluon"]), (16, "gluon", CANDIDATES["gluon"]), (9, "gluon", CANDIDATES["gluon"]),
              (40, "planes", CANDIDATES["mid"]), (300, "planes", CANDIDATES["prefill"])]
     for m, path, tiles in cases:

@@ -35,6 +35,17 @@ def test_switch_overrides_its_band_only():
     assert table.select_path("legacy", 1, {"RADIANCE_PQ2_M1": "dp4a"})[0] == "dp4a"
 
 
+def test_gemv_rows_cut_is_per_shape_and_set():
+    down = ("sm_90", 5120, 17408)
+    assert table.select_path("tuned", 2, {}, (9, 0), down)[0] == "dp4a"
+    assert table.select_path("tuned", 3, {}, (9, 0), down)[0] == "planes"
+    assert table.select_path("tuned", 2, {}, (9, 0), ("sm_90", 34816, 5120))[0] == "planes"  # gate_up
+    assert table.select_path("tuned", 2, {}, (8, 6), ("sm_86", 5120, 17408))[0] == "planes"  # unmeasured
+    assert table.select_path("exact", 2, {}, (9, 0), down)[0] == "planes"  # another summation order
+    assert table.select_path("tuned", 2, {"RADIANCE_PQ2_SMALL": "planes"}, (9, 0), down)[0] == "planes"
+    assert table.tile_for("dp4a", 5120, 17408, 2, 132, True, "sm_90").mr == 2
+
+
 def test_turing_runs_dp4a_everywhere():
     for kset in table.SETS:
         for m in (1, 4, 300):
@@ -93,7 +104,9 @@ INTERPRETED = textwrap.dedent("""
     for n, k, m, path, tile in [(40, 256, 3, "legacy", None), (40, 384, 1, "dp4a", None),
                                 (40, 384, 1, "dp4a", Tile(bn=16, bc=2, splits=2)), (64, 1024, 1, "dp4a", Tile(bn=16, bc=4)),
                                 (64, 1024, 1, "dp4a", Tile(bn=32, bc=2, splits=2)), (64, 1024, 3, "dp4a", Tile(bn=16, bc=4)),
-                                (40, 384, 5, "dp4a", Tile(bn=16, bc=2, splits=2)), (70, 256, 5, "planes", None),
+                                (40, 384, 5, "dp4a", Tile(bn=16, bc=2, splits=2)), (64, 1024, 3, "dp4a", Tile(bn=16, bc=4, mr=2)),
+                                (40, 384, 7, "dp4a", Tile(bn=16, bc=2, splits=2, mr=4)), (64, 1024, 2, "dp4a", Tile(bn=32, bc=4, mr=2)),
+                                (70, 256, 5, "planes", None),
                                 (70, 512, 17, "planes", Tile(bn=32, bt=16, splits=3))]:
         codes = torch.randint(0, 3, (n, k), dtype=torch.uint8)
         qw = pack_ternary(codes)
