@@ -124,18 +124,19 @@ def tile_class(m: int) -> str:
 # 2026-11-30 run 7: the one-dot tiles won the small, mid and large classes on the four 27B shapes)
 _W8 = Tile(bn=64, bc=8, warps=8)
 _NARROW = Tile(bn=8, bc=16)
-_MID2 = Tile(bn=64, bt=64, splits=2, one_dot=True)  # run 7: one K=128 dot per group, -13 to -19 % at M=64
-_MID1 = Tile(bn=64, bt=64, one_dot=True)
-_LARGE = Tile(bn=64, bt=128, one_dot=True)  # run 7: -34 to -36 % at M=2048
+# run 8: 32-token blocks on 128 weight rows beat 64 x 64 by 7-38 % at M = 32..64 (gate_up M=64 124 -> 87 us)
+_MID2 = Tile(bn=128, bt=32, splits=2, one_dot=True)
+_MID4 = Tile(bn=128, bt=32, splits=4, one_dot=True)
+_LARGE = Tile(bn=64, bt=128, stages=2, one_dot=True)  # run 7 one dot: -34 %; run 8 two stages: -5 to -10 %
 _S4 = Tile(bn=128, bt=16, splits=4, one_dot=True)  # run 7: -2 to -5 % at M=2..16
 _S8 = Tile(bn=128, bt=16, splits=8, one_dot=True)
 _G16S4 = Tile(bn=128, bt=16, bc=2, splits=4)
 TUNED: dict[tuple[str, str, int, int, str], Tile] = {}
 for (_n, _k), (_m1, _small, _mid, _gluon) in {
     (34816, 5120): (_W8, _S4, _MID2, _G16S4),  # gate_up
-    (5120, 17408): (_NARROW, _S8, _MID2, _G16S4),  # down
-    (14336, 5120): (_W8, _S4, _MID1, Tile(bn=128, bt=8, bc=4, splits=4)),  # qkv
-    (5120, 6144): (_NARROW, _S8, _MID2, _G16S4),  # out
+    (5120, 17408): (_NARROW, _S8, _MID4, _G16S4),  # down
+    (14336, 5120): (_W8, _S4, _MID2, Tile(bn=128, bt=8, bc=4, splits=4)),  # qkv
+    (5120, 6144): (_NARROW, _S8, _MID4, _G16S4),  # out
     (248320, 5120): (_W8, Tile(bn=256, bt=16), Tile(bn=64, bt=64), Tile(bn=128, bt=16, bc=2)),  # lm_head (run 3)
 }.items():
     TUNED[("sm_90", "dp4a", _n, _k, "m1")] = _m1
@@ -148,16 +149,25 @@ for (_n, _k), (_m1, _small, _mid, _gluon) in {
 # the tuning space bench/bench_pq2.py --sweep times (and test_pq2_gpu checks exactly)
 CANDIDATES: dict[str, list[Tile]] = {
     "dp4a": [Tile(bn=32, bc=8, warps=8), Tile(bn=16, bc=8, warps=4), Tile(bn=64, bc=8, warps=8), Tile(bn=8, bc=16, warps=4),
-             Tile(bn=16, bc=8, warps=4, splits=2)],
+             Tile(bn=16, bc=8, warps=4, splits=2), Tile(bn=8, bc=8), Tile(bn=4, bc=16), Tile(bn=32, bc=8, warps=4),
+             Tile(bn=8, bc=16, splits=2)],
     "m1": [],
     "small": [Tile(bn=256, bt=16, splits=s) for s in (1, 2, 4, 8)] + [Tile(bn=128, bt=16, splits=s) for s in (4, 8)]
     + [Tile(bn=64, bt=16, splits=s) for s in (2, 4, 8)]  # more programs in flight: the paroquant deq lesson
     + [Tile(bn=256, bt=16, splits=4, one_dot=True), Tile(bn=128, bt=16, splits=4, one_dot=True),
        Tile(bn=128, bt=16, splits=8, one_dot=True)],
     "mid": [Tile(bn=64, bt=64, splits=2), Tile(bn=64, bt=64), Tile(bn=64, bt=64, splits=2, one_dot=True),
-            Tile(bn=64, bt=64, one_dot=True)],
+            Tile(bn=64, bt=64, one_dot=True)]
+    # run 8: narrower token blocks and more programs (the small band's tiles re-read each weight byte
+    # per token block from L2, but keep more groups in flight)
+    + [Tile(bn=bn, bt=bt, splits=s, one_dot=True) for bn, bt, s in
+       ((128, 16, 4), (128, 32, 2), (128, 32, 4), (64, 32, 2), (64, 32, 4), (64, 64, 4))]
+    + [Tile(bn=128, bt=64, warps=8, splits=2, one_dot=True), Tile(bn=64, bt=64, stages=4, splits=2, one_dot=True)],
     "prefill": [Tile(bn=64, bt=128), Tile(bn=64, bt=128, one_dot=True), Tile(bn=128, bt=64, one_dot=True),
-                Tile(bn=128, bt=128, one_dot=True), Tile(bn=64, bt=128, stages=4, one_dot=True)],
+                Tile(bn=128, bt=128, one_dot=True), Tile(bn=64, bt=128, stages=4, one_dot=True),
+                Tile(bn=64, bt=128, warps=8, one_dot=True), Tile(bn=64, bt=64, one_dot=True),
+                Tile(bn=128, bt=64, warps=8, one_dot=True), Tile(bn=64, bt=128, stages=2, one_dot=True),
+                Tile(bn=64, bt=128, stages=1, one_dot=True), Tile(bn=128, bt=64, stages=2, one_dot=True)],
     # the DP4A GEMV with mr token rows per program (small band, M = 2..8)
     "dp4a_rows": [Tile(bn=64, bc=8, warps=8, mr=2), Tile(bn=32, bc=8, warps=8, mr=2), Tile(bn=64, bc=8, warps=8, mr=4),
                   Tile(bn=32, bc=8, warps=8, mr=4), Tile(bn=8, bc=16, mr=2), Tile(bn=8, bc=16, mr=4),
@@ -184,9 +194,9 @@ def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family:
             if m <= 16:
                 t = Tile(bn=128, bt=16, warps=4, stages=3, one_dot=True)
             elif m <= 64:
-                t = Tile(bn=64, bt=32 if m <= 32 else 64, warps=4, stages=3, one_dot=True)
+                t = Tile(bn=128, bt=32, warps=4, stages=3, one_dot=True)
             else:
-                t = Tile(bn=64, bt=128, warps=4, stages=3, one_dot=True)
+                t = Tile(bn=64, bt=128, warps=4, stages=2, one_dot=True)
             programs = -(-n // t.bn) * -(-m // t.bt)
             t = replace(t, splits=_splits_for(programs, groups, sms, 4) if split_k else 1)
         elif path == "gluon":

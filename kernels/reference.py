@@ -197,12 +197,19 @@ def _grouped(x: torch.Tensor, group_size: int) -> torch.Tensor:
     return x.to(torch.float32).reshape(*x.shape[:-1], x.shape[-1] // group_size, group_size)
 
 
+def div_rn(a: torch.Tensor, b: torch.Tensor | float) -> torch.Tensor:
+    """The correctly rounded fp32 quotient on every device: computed in fp64, rounded once to fp32
+    (53 >= 2*24 + 2 bits, so the double rounding is exact). torch's fp32 `/` on CUDA tensors
+    disagreed with IEEE division (and so with the kernels' div_rn) on ~1 value in 2000 (H200 run 8)."""
+    return (a.double() / (b.double() if isinstance(b, torch.Tensor) else b)).float()
+
+
 def quant_int8_group(x: torch.Tensor, group_size: int = GROUP_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
     """-> (q int8 like x, scale float32 [..., K/group]); x ~= q * scale per group."""
     g = _grouped(x, group_size)
-    a = g.abs().amax(-1) / INT8_MAX
+    a = div_rn(g.abs().amax(-1), INT8_MAX)
     safe = torch.where(a > 0, a, torch.ones_like(a))
-    q = torch.round(g / safe.unsqueeze(-1)).clamp(-INT8_MAX, INT8_MAX)
+    q = torch.round(div_rn(g, safe.unsqueeze(-1))).clamp(-INT8_MAX, INT8_MAX)
     return q.to(torch.int8).reshape(x.shape), a
 
 
@@ -213,17 +220,17 @@ def _e4m3(scaled: torch.Tensor) -> torch.Tensor:
 def quant_fp8_e4m3_group(x: torch.Tensor, group_size: int = GROUP_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
     """-> (q float8_e4m3fn like x, scale float32 [..., K/group]); x ~= q * scale per group."""
     g = _grouped(x, group_size)
-    a = g.abs().amax(-1) / FP8_E4M3_MAX
+    a = div_rn(g.abs().amax(-1), FP8_E4M3_MAX)
     safe = torch.where(a > 0, a, torch.ones_like(a))
-    return _e4m3(g / safe.unsqueeze(-1)).reshape(x.shape), a
+    return _e4m3(div_rn(g, safe.unsqueeze(-1))).reshape(x.shape), a
 
 
 def quant_fp8_e4m3_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """-> (q float8_e4m3fn like x, scale float32 [..., 1]); x ~= q * scale per row."""
     xf = x.to(torch.float32)
-    a = xf.abs().amax(-1, keepdim=True) / FP8_E4M3_MAX
+    a = div_rn(xf.abs().amax(-1, keepdim=True), FP8_E4M3_MAX)
     safe = torch.where(a > 0, a, torch.ones_like(a))
-    return _e4m3(xf / safe), a
+    return _e4m3(div_rn(xf, safe)), a
 
 
 def dequant_group(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
