@@ -85,13 +85,15 @@ def variants(m, i8):
     if m > 64:
         return [ops.Tile(bm, bn, w, st, 1, kind) for bm, bn, w, st, kind in
                 ((128, 256, 8, 3, "deq"), (128, 64, 4, 4, "deq"), (256, 128, 8, 3, "deq"), (64, 128, 4, 4, "deq"),
-                 (128, 64, 4, 4, "fold"), (64, 64, 4, 4, "deq"), (32, 128, 4, 4, "deq")) + deqt]
+                 (128, 64, 4, 4, "fold"), (64, 64, 4, 4, "deq"), (32, 128, 4, 4, "deq"),
+                 (128, 64, 4, 2, "fold"), (128, 64, 4, 3, "fold"), (128, 128, 8, 2, "fold")) + deqt]
     bm = min(64, max(16, 1 << (m - 1).bit_length()))
     out = [ops.Tile(bm, 64, 4, 4, 0, "deq"), ops.Tile(bm, 256, 8, 3, 0, "deq"), ops.Tile(16, 64, 4, 3, 0, "fold"),
            ops.Tile(16, 128, 4, 4, 0, "fold")]
     if not i8:
         out += [ops.Tile(bm, bn, w, st, sp, "deqt") for bn, w, st, sp in
-                ((64, 4, 4, 0), (128, 4, 4, 0), (128, 8, 3, 0), (64, 4, 4, -2), (128, 4, 3, -2))]
+                ((64, 4, 4, 0), (128, 4, 4, 0), (128, 8, 3, 0), (64, 4, 4, -2), (128, 4, 3, -2),
+                 (64, 4, 2, 0), (128, 4, 2, 0), (64, 4, 2, -2))]
     if not i8 and m <= 4:
         out += [ops.Tile(1, bn, w, st, sp, "gemv", gpi) for bn, w, st, sp, gpi in
                 ((64, 4, 3, 0, 1), (64, 4, 3, 0, 2), (64, 4, 3, 0, 4), (128, 4, 3, 0, 4), (128, 8, 3, 0, 4),
@@ -204,7 +206,7 @@ def main():
                 except Exception as e:
                     print(f"# {label} {name} M={m}: {type(e).__name__}: {str(e)[:300]}", flush=True)
                     continue
-                best, best_t = us, ops.tile_for(layers[0], m)
+                best, best_t, tried = us, ops.tile_for(layers[0], m), {}
                 if not args.no_sweep and label != "w4a16_scratch" and m in sweep_ms and name in args.sweep_shapes.split(","):
                     for t in variants(m, label == "w4a8"):
                         t = with_split(layers[0], m, t)
@@ -214,13 +216,14 @@ def main():
                         except Exception as e:
                             print(f"# {label} {name} M={m} {t}: {type(e).__name__}: {str(e)[:120]}", flush=True)
                             continue
+                        tried[str(t)] = round(v, 2)
                         if v < best:
                             best, best_t = v, t
                 gl_us = glt.get(gkind)
                 emit({"path": label, "N": n, "K": k, "M": m, "us": round(us, 2), "roofline_us": round(roof, 2),
                       "cublas_bf16_us": round(cub, 2), "gemlite_us": gl_us and round(gl_us, 2),
                       "tinygemm_us": tgt and round(tgt, 2), "shape": name, "tile": str(ops.tile_for(layers[0], m)),
-                      "best_us": round(best, 2), "best_tile": str(best_t)})
+                      "best_us": round(best, 2), "best_tile": str(best_t), "tried_us": tried or None})
                 line.append(f"{label}={us:7.1f}(best {best:7.1f})")
             print(f"{name:10s} M={m:5d} roof={roof:6.1f} cublas={cub:7.1f} tiny={tgt or float('nan'):7.1f} "
                   f"gl16={glt.get('a16w4', float('nan')):7.1f} gl8={glt.get('a8w4', float('nan')):7.1f} "

@@ -155,14 +155,17 @@ CANDIDATES: dict[str, list[Tile]] = {
     "small": [Tile(bn=256, bt=16, splits=s) for s in (1, 2, 4, 8)] + [Tile(bn=128, bt=16, splits=s) for s in (4, 8)]
     + [Tile(bn=64, bt=16, splits=s) for s in (2, 4, 8)]  # more programs in flight: the paroquant deq lesson
     + [Tile(bn=256, bt=16, splits=4, one_dot=True), Tile(bn=128, bt=16, splits=4, one_dot=True),
-       Tile(bn=128, bt=16, splits=8, one_dot=True)],
+       Tile(bn=128, bt=16, splits=8, one_dot=True)]
+    # run 8: two stages won the prefill tile (more programs per SM); tried here too
+    + [Tile(bn=128, bt=16, splits=s, stages=2, one_dot=True) for s in (4, 8)],
     "mid": [Tile(bn=64, bt=64, splits=2), Tile(bn=64, bt=64), Tile(bn=64, bt=64, splits=2, one_dot=True),
             Tile(bn=64, bt=64, one_dot=True)]
     # run 8: narrower token blocks and more programs (the small band's tiles re-read each weight byte
     # per token block from L2, but keep more groups in flight)
     + [Tile(bn=bn, bt=bt, splits=s, one_dot=True) for bn, bt, s in
        ((128, 16, 4), (128, 32, 2), (128, 32, 4), (64, 32, 2), (64, 32, 4), (64, 64, 4))]
-    + [Tile(bn=128, bt=64, warps=8, splits=2, one_dot=True), Tile(bn=64, bt=64, stages=4, splits=2, one_dot=True)],
+    + [Tile(bn=128, bt=64, warps=8, splits=2, one_dot=True), Tile(bn=64, bt=64, stages=4, splits=2, one_dot=True)]
+    + [Tile(bn=128, bt=32, splits=s, stages=2, one_dot=True) for s in (2, 4)],
     "prefill": [Tile(bn=64, bt=128), Tile(bn=64, bt=128, one_dot=True), Tile(bn=128, bt=64, one_dot=True),
                 Tile(bn=128, bt=128, one_dot=True), Tile(bn=64, bt=128, stages=4, one_dot=True),
                 Tile(bn=64, bt=128, warps=8, one_dot=True), Tile(bn=64, bt=64, one_dot=True),
