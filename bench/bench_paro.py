@@ -86,7 +86,10 @@ def variants(m, i8):
         return [ops.Tile(bm, bn, w, st, 1, kind) for bm, bn, w, st, kind in
                 ((128, 256, 8, 3, "deq"), (128, 64, 4, 4, "deq"), (256, 128, 8, 3, "deq"), (64, 128, 4, 4, "deq"),
                  (128, 64, 4, 4, "fold"), (64, 64, 4, 4, "deq"), (32, 128, 4, 4, "deq"),
-                 (128, 64, 4, 2, "fold"), (128, 64, 4, 3, "fold"), (128, 128, 8, 2, "fold")) + deqt]
+                 (128, 64, 4, 2, "fold"), (128, 64, 4, 3, "fold"), (128, 128, 8, 2, "fold")) + deqt] + [
+        # fold 128x64 takes 255 registers per thread (2 programs per SM, offline sm_90); capped at 168 /
+        # 128: 3 / 4 programs, 2024 / 2280 instructions (1920), 120 / 368 stack bytes
+        ops.Tile(128, 64, 4, 2, 1, "fold", maxnreg=r) for r in (168, 128)]
     bm = min(64, max(16, 1 << (m - 1).bit_length()))
     out = [ops.Tile(bm, 64, 4, 4, 0, "deq"), ops.Tile(bm, 256, 8, 3, 0, "deq"), ops.Tile(16, 64, 4, 3, 0, "fold"),
            ops.Tile(16, 128, 4, 4, 0, "fold")]

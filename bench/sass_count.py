@@ -38,6 +38,7 @@ def main() -> None:
     ap.add_argument("--stages", type=int, default=1)
     ap.add_argument("--all", action="store_true", help="print every opcode's count")
     ap.add_argument("--sm", type=int, default=90, help="compute capability to compile for (75, 86, 90)")
+    ap.add_argument("--maxnreg", type=int, default=0, help="register cap per thread (0: the compiler's choice)")
     args = ap.parse_args()
     if args.kind == "gemv_gl":
         from triton.experimental.gluon._runtime import GluonASTSource
@@ -58,7 +59,8 @@ def main() -> None:
     names = list(sig)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n].startswith("*") or n in ("N", "K")}
     src = source(fn=fn, constexprs=const, attrs=attrs, signature={**sig, **{k: "constexpr" for k in const}})
-    k = triton.compile(src, target=GPUTarget("cuda", args.sm, 32), options={"num_warps": args.warps, "num_stages": args.stages})
+    k = triton.compile(src, target=GPUTarget("cuda", args.sm, 32), options={"num_warps": args.warps, "num_stages": args.stages,
+                                                                      **({"maxnreg": args.maxnreg} if args.maxnreg else {})})
     ttgir = k.asm["ttgir"]
     loop = ttgir[ttgir.find("scf.for"):ttgir.find("scf.yield")]
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:

@@ -52,6 +52,7 @@ class Tile:
     split: int = 1
     kind: str = "deq"  # "deq" | "deqt" | "fold" | "gemv" (paro_gemm.KERNELS) | "gemv_gl" (paro_gemv_gluon)
     gpi: int = 1  # K groups per loop iteration (gemv only; divides the layer's group count)
+    maxnreg: int = 0  # register cap per thread, 0 = the compiler's choice (Triton kinds, not gemv_gl)
 
 
 def prologue_mode(kind: str, i8: bool) -> int:
@@ -298,7 +299,7 @@ def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor | None, rs: 
         raise RuntimeError(f"paroquant: no scratch reserved on {a.device}; prepare the layer on the device it runs on")
     paro_gemm.gemm(t.kind, a, s, rs, layer.wb, layer.sc, layer.d, y, bm=t.bm, bn=t.bn, split=t.split,
                    pb1=layer.bounds[0], pb2=layer.bounds[1], part=scr.part, cnt=scr.cnt,
-                   num_warps=t.warps, num_stages=t.stages, bias=bias, gpi=t.gpi)
+                   num_warps=t.warps, num_stages=t.stages, bias=bias, gpi=t.gpi, maxnreg=t.maxnreg)
     return y
 
 

@@ -33,13 +33,15 @@ class _Launch:
     """One kernel at one tile: the first call goes through Triton's launcher (compiles, binds);
     later calls go straight to the compiled kernel with the same argument order."""
 
-    def __init__(self, fn, consts: dict, warps: int, stages: int):
+    def __init__(self, fn, consts: dict, warps: int, stages: int, maxnreg: int = 0):
         self.fn, self.consts, self.warps, self.stages = fn, consts, warps, stages
+        self.options = {"maxnreg": maxnreg} if maxnreg and not INTERPRET else {}
         self.compiled = None
 
     def __call__(self, grid, *args):
         if self.compiled is None or INTERPRET:
-            self.compiled = self.fn[grid](*args, **self.consts, num_warps=self.warps, num_stages=self.stages)
+            self.compiled = self.fn[grid](*args, **self.consts, num_warps=self.warps, num_stages=self.stages,
+                                          **self.options)
         else:
             # the compiled launcher takes exactly three grid dims and every argument, constexprs too
             self.compiled[tuple(grid) + (1,) * (3 - len(grid))](*args, *self.consts.values())
@@ -162,7 +164,8 @@ def _reduce(layer: Pq2Layer, p: torch.Tensor, y: torch.Tensor, splits: int) -> N
 
 def _run_legacy(layer, q, a, y, m, tile: table.Tile) -> None:
     launch = layer.plan(("legacy", tile, y.dtype),
-                        lambda: _Launch(pq2_legacy_gemm, {"BM": tile.bt, "BN": tile.bn}, tile.warps, tile.stages))
+                        lambda: _Launch(pq2_legacy_gemm, {"BM": tile.bt, "BN": tile.bn}, tile.warps, tile.stages,
+                                        tile.maxnreg))
     grid = (triton.cdiv(layer.n, tile.bn), triton.cdiv(m, tile.bt))
     launch(grid, q, a, layer.qweight, layer.scales, y, m, layer.n, layer.k, layer.k // 4)
 
@@ -172,7 +175,7 @@ def _run_planes(layer, q, a, t, y, m, tile: table.Tile) -> None:
     launch = layer.plan(("planes", tile, y.dtype), lambda: _Launch(
         pq2_planes_gemm, {"BN": tile.bn, "BT": tile.bt, "SPLITS": tile.splits, "STAGES": tile.stages,
                           "ONE_DOT": tile.one_dot, "ASM": not INTERPRET, "EVEN_N": layer.n % tile.bn == 0},
-        tile.warps, tile.stages))
+        tile.warps, tile.stages, tile.maxnreg))
     grid = (triton.cdiv(layer.n, tile.bn), triton.cdiv(m, tile.bt), tile.splits)
     launch(grid, q, a, t, layer.qweight, layer.scales, y, p, m, layer.n, layer.k, layer.k // 4)
     if tile.splits > 1:
@@ -203,7 +206,7 @@ def _run_dp4a(layer, q, a, t, y, m, tile: table.Tile) -> None:
     even = layer.n % tile.bn == 0 and groups % per == 0 and per % tile.bc == 0 and groups // per == tile.splits
     launch = layer.plan(("dp4a", tile, y.dtype), lambda: _Launch(
         pq2_gemv_dp4a, {"BN": tile.bn, "BC": tile.bc, "MR": tile.mr, "SPLITS": tile.splits, "STAGES": tile.stages,
-                        "ASM": not INTERPRET, "EVEN": even}, tile.warps, 1))
+                        "ASM": not INTERPRET, "EVEN": even}, tile.warps, 1, tile.maxnreg))
     grid = (triton.cdiv(layer.n, tile.bn), tile.splits, triton.cdiv(m, tile.mr))
     launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, p, m, layer.n, layer.k, layer.k // 16)
     if tile.splits > 1:

@@ -104,6 +104,7 @@ class Tile:
     warps: int = 4
     stages: int = 3
     one_dot: bool = False  # planes path: one K=128 dot per group instead of four K=32 ones
+    maxnreg: int = 0  # register cap per thread, 0 = the compiler's choice (more programs per SM)
 
 
 def _splits_for(programs: int, steps: int, sms: int, min_steps: int, cap: int = 16) -> int:
@@ -165,12 +166,18 @@ CANDIDATES: dict[str, list[Tile]] = {
     + [Tile(bn=bn, bt=bt, splits=s, one_dot=True) for bn, bt, s in
        ((128, 16, 4), (128, 32, 2), (128, 32, 4), (64, 32, 2), (64, 32, 4), (64, 64, 4))]
     + [Tile(bn=128, bt=64, warps=8, splits=2, one_dot=True), Tile(bn=64, bt=64, stages=4, splits=2, one_dot=True)]
-    + [Tile(bn=128, bt=32, splits=s, stages=2, one_dot=True) for s in (2, 4)],
+    + [Tile(bn=128, bt=32, splits=s, stages=2, one_dot=True) for s in (2, 4)]
+    # 128x32 takes 156 registers (3 programs per SM; 64x64 took 232, which is likely why it lost);
+    # capped at 128: 4 programs, 984 instructions (928), 72 stack bytes
+    + [Tile(bn=128, bt=32, splits=s, one_dot=True, maxnreg=128) for s in (2, 4)],
     "prefill": [Tile(bn=64, bt=128), Tile(bn=64, bt=128, one_dot=True), Tile(bn=128, bt=64, one_dot=True),
                 Tile(bn=128, bt=128, one_dot=True), Tile(bn=64, bt=128, stages=4, one_dot=True),
                 Tile(bn=64, bt=128, warps=8, one_dot=True), Tile(bn=64, bt=64, one_dot=True),
                 Tile(bn=128, bt=64, warps=8, one_dot=True), Tile(bn=64, bt=128, stages=2, one_dot=True),
-                Tile(bn=64, bt=128, stages=1, one_dot=True), Tile(bn=128, bt=64, stages=2, one_dot=True)],
+                Tile(bn=64, bt=128, stages=1, one_dot=True), Tile(bn=128, bt=64, stages=2, one_dot=True)]
+    # the 64x128 tile takes 233 registers per thread: 2 programs per SM (offline sm_90 SASS); capped
+    # at 168 / 128: 3 / 4 programs, for 1000 / 1176 instructions (864) and 208 / 424 stack bytes
+    + [Tile(bn=64, bt=128, stages=2, one_dot=True, maxnreg=r) for r in (168, 128)],
     # the DP4A GEMV with mr token rows per program (small band, M = 2..8)
     "dp4a_rows": [Tile(bn=64, bc=8, warps=8, mr=2), Tile(bn=32, bc=8, warps=8, mr=2), Tile(bn=64, bc=8, warps=8, mr=4),
                   Tile(bn=32, bc=8, warps=8, mr=4), Tile(bn=8, bc=16, mr=2), Tile(bn=8, bc=16, mr=4),

@@ -122,7 +122,8 @@ def test_every_kernel_kind(shape, i8, gen):
         ref = rnd.reference_merged(x, parts, act)
         split = ops.tile_for(layer, m).split
         tiles = [ops.Tile(16, 64, 4, 3, split, "fold"), ops.Tile(16, 128, 4, 3, split, "deq"),
-                 ops.Tile(64, 128, 4, 4, split, "deq"), ops.Tile(128, 64, 4, 4, 1, "fold")]
+                 ops.Tile(64, 128, 4, 4, split, "deq"), ops.Tile(128, 64, 4, 4, 1, "fold"),
+                 ops.Tile(128, 64, 4, 2, 1, "fold"), ops.Tile(128, 64, 4, 2, 1, "fold", maxnreg=168)]
         if not i8:
             tiles += [ops.Tile(1, bn, w, 3, split, "gemv") for bn, w in ((64, 4), (128, 4), (256, 8))]
             tiles += [ops.Tile(bm, bn, w, st, sp, "deqt") for bm, bn, w, st, sp in

@@ -258,9 +258,10 @@ KERNELS = {"fold": _paro_fold_kernel, "deq": _paro_deq_kernel, "deqt": _paro_deq
 
 def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1: int, pb2: int,
          part: torch.Tensor | None, cnt: torch.Tensor | None, num_warps: int, num_stages: int,
-         bias: torch.Tensor | None = None, gpi: int = 1):
+         bias: torch.Tensor | None = None, gpi: int = 1, maxnreg: int = 0):
     """y [M, N] (+ bias, added before the one rounding) from prologue outputs a [P, M, K]
-    (+ s/rs [P, M, G] for the folded kinds)."""
+    (+ s/rs [P, M, G] for the folded kinds). maxnreg > 0 caps the registers per thread (more
+    programs per SM; ptxas rematerializes instead)."""
     _, m, k = a.shape
     g, n, _ = wb.shape
     if g % gpi or (gpi > 1 and kind not in ("gemv", "gemv_gl")):
@@ -295,6 +296,8 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
                            HAS_BIAS=bias is not None, num_warps=num_warps)
         return y
     extra = {"GPI": gpi} if kind == "gemv" else {}
+    if maxnreg:
+        extra["maxnreg"] = maxnreg
     KERNELS[kind][grid](a, s, rs, wb, sc, d, y, part if bias is None else bias, part, cnt,
                         m, n, k, g, pb1, pb2, gps, split,
                         BM=bm, BN=bn, A_INT8=a.dtype == torch.int8, NS=num_stages, HAS_BIAS=bias is not None,
