@@ -52,7 +52,7 @@ class Tile:
     split: int = 1
     kind: str = "deq"  # "deq" | "deqt" | "fold" | "gemv" (paro_gemm.KERNELS) | "gemv_gl" (paro_gemv_gluon)
     gpi: int = 1  # K groups per loop iteration (gemv only; divides the layer's group count)
-    maxnreg: int = 0  # register cap per thread, 0 = the compiler's choice (Triton kinds, not gemv_gl)
+    maxnreg: int = 0  # register cap per thread, 0 = the compiler's choice (Triton kinds; gemv_gl refuses one)
 
 
 def prologue_mode(kind: str, i8: bool) -> int:

@@ -35,7 +35,7 @@ class _Launch:
 
     def __init__(self, fn, consts: dict, warps: int, stages: int, maxnreg: int = 0):
         self.fn, self.consts, self.warps, self.stages = fn, consts, warps, stages
-        self.options = {"maxnreg": maxnreg} if maxnreg and not INTERPRET else {}
+        self.options = {"maxnreg": maxnreg} if maxnreg else {}
         self.compiled = None
 
     def __call__(self, grid, *args):
@@ -136,11 +136,11 @@ def forward(layer: Pq2Layer, x: torch.Tensor, kernel_set: str | None = None,
     if m == 0:
         return y.reshape(*lead, layer.n)
     kernel_set = kernel_set or os.environ.get("RADIANCE_PQ2_KERNELS", "tuned")
-    chosen, split_k = table.select_path(kernel_set, m, os.environ, _capability(x.device),
-                                        (_family(x.device), layer.n, layer.k))
+    family = _family(x.device)
+    chosen, split_k = table.select_path(kernel_set, m, os.environ, _capability(x.device), (family, layer.n, layer.k))
     path = path or chosen
     if tile is None:
-        tile = table.tile_for(path, layer.n, layer.k, m, _sms(x.device), split_k, _family(x.device))
+        tile = table.tile_for(path, layer.n, layer.k, m, _sms(x.device), split_k, family)
     q, a, t = quantize_activations(x2, planes=path != "legacy", layer=layer)
     if path == "legacy":
         _run_legacy(layer, q, a, y, m, tile)
@@ -185,8 +185,8 @@ def _run_planes(layer, q, a, t, y, m, tile: table.Tile) -> None:
 def _run_gluon(layer, q, a, t, y, m, tile: table.Tile) -> None:
     if y.device.type != "cuda" or torch.cuda.get_device_capability(y.device) < (8, 0):
         raise table.Pq2ConfigError("the gluon pq2 path needs mma.sync int8 (sm_80+); set RADIANCE_PQ2_SMALL=planes or legacy")
-    if tile.bt not in (8, 16) or tile.bn % (16 * tile.warps):
-        raise table.Pq2ConfigError(f"gluon tile {tile}: bt must be 8 or 16 and bn a multiple of 16 x warps")
+    if tile.bt not in (8, 16) or tile.bn % (16 * tile.warps) or tile.maxnreg:
+        raise table.Pq2ConfigError(f"gluon tile {tile}: bt must be 8 or 16, bn a multiple of 16 x warps, no maxnreg")
     from radiance.kernels.triton.pq2_gluon import pq2_gluon_small  # Gluon: imported only where it runs
 
     p = y if tile.splits == 1 else torch.empty((tile.splits, m, layer.n), dtype=torch.float32, device=y.device)

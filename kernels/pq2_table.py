@@ -104,7 +104,7 @@ class Tile:
     warps: int = 4
     stages: int = 3
     one_dot: bool = False  # planes path: one K=128 dot per group instead of four K=32 ones
-    maxnreg: int = 0  # register cap per thread, 0 = the compiler's choice (more programs per SM)
+    maxnreg: int = 0  # register cap per thread, 0 = the compiler's choice (more programs per SM; not gluon)
 
 
 def _splits_for(programs: int, steps: int, sms: int, min_steps: int, cap: int = 16) -> int:

@@ -290,6 +290,8 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
 
         if bn % (8 * num_warps):
             raise ValueError(f"paroquant gemv_gl: BN={bn} must be a multiple of 8 x {num_warps} warps")
+        if maxnreg:
+            raise ValueError(f"paroquant gemv_gl: no register cap (maxnreg={maxnreg}); it is for the Triton kinds")
         paro_gemv_gl[grid](a, rs, wb, sc, d, y, part if bias is None else bias, part, cnt,
                            m, n, k, g, pb1, pb2, gps, split,
                            MR=bm, R=bn // (8 * num_warps), GPI=gpi, WARPS=num_warps, PREFETCH=min(2, num_stages - 1),
