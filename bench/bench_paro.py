@@ -86,10 +86,14 @@ def variants(m, i8):
         return [ops.Tile(bm, bn, w, st, 1, kind) for bm, bn, w, st, kind in
                 ((128, 256, 8, 3, "deq"), (128, 64, 4, 4, "deq"), (256, 128, 8, 3, "deq"), (64, 128, 4, 4, "deq"),
                  (128, 64, 4, 4, "fold"), (64, 64, 4, 4, "deq"), (32, 128, 4, 4, "deq"),
-                 (128, 64, 4, 2, "fold"), (128, 64, 4, 3, "fold"), (128, 128, 8, 2, "fold")) + deqt] + [
-        # fold 128x64 takes 255 registers per thread (2 programs per SM, offline sm_90); capped at 168 /
-        # 128: 3 / 4 programs, 2024 / 2280 instructions (1920), 120 / 368 stack bytes
-        ops.Tile(128, 64, 4, 2, 1, "fold", maxnreg=r) for r in (168, 128)]
+                 (128, 64, 4, 2, "fold"), (128, 64, 4, 3, "fold"), (128, 128, 8, 2, "fold"),
+                 (256, 64, 8, 2, "fold"), (256, 128, 8, 2, "fold")) + deqt] + [
+        # W4A8 fold 128x64 (packed nibble unpack, FMA epilogue; offline sm_90): 248 registers per
+        # thread on 4 stages (2 programs per SM), 188 on 2; capped at 168: 3 programs, 64 stack
+        # bytes, 16 spill loads per group
+        ops.Tile(128, 64, 4, 2, 1, "fold", maxnreg=r) for r in (168, 128)] + [
+        # fold1: one K = 128 dot, one warpgroup wait per group (2 in fold); 247 registers uncapped
+        ops.Tile(128, 64, 4, st, 1, "fold1", maxnreg=r) for st, r in ((2, 0), (2, 168), (3, 168), (4, 0))]
     bm = min(64, max(16, 1 << (m - 1).bit_length()))
     out = [ops.Tile(bm, 64, 4, 4, 0, "deq"), ops.Tile(bm, 256, 8, 3, 0, "deq"), ops.Tile(16, 64, 4, 3, 0, "fold"),
            ops.Tile(16, 128, 4, 4, 0, "fold")]

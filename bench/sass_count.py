@@ -48,7 +48,8 @@ def main() -> None:
                                                           "HAS_BIAS": False}
     else:
         fn, source = paro_gemm.KERNELS[args.kind], triton.compiler.ASTSource
-        const = dict(DEFAULTS, NS=args.stages, **({"GPI": 1} if args.kind == "gemv" else {}))
+        const = dict(DEFAULTS, NS=args.stages, **({"GPI": 1} if args.kind == "gemv" else {}),
+                     **({"ASM": 1} if "ASM" in fn.arg_names else {}))
     for c in args.consts:
         name, value = c.split("=")
         const[name] = int(value)

@@ -61,7 +61,7 @@ def _main() -> None:
     flips = int((q[0].int() - qr.int()).abs().gt(0).sum())
     check("prologue int8 code flips", flips, 2)
     check("prologue int8 scales", rnd.rel(s[0], sr), 1e-6)
-    check("prologue int8 row sums", rnd.rel(rs[0], q[0].float().view(3, -1, 128).sum(-1)), 0)
+    check("prologue int8 scaled row sums", rnd.rel(rs[0], s[0] * q[0].float().view(3, -1, 128).sum(-1)), 0)
     # the tensor-core path's group matrices: bf16 high + low parts against the fp32 matrix, and the
     # fp32 matrix applied in fp32 against the gathers (the bf16 dots themselves are gated on the GPU:
     # this interpreter's bf16 tl.dot is wrong, 2e10 off on a 16x16 product)
@@ -87,7 +87,7 @@ def _main() -> None:
                 x = torch.randn(m, layer.k, generator=gen).to(torch.float16)
                 ref = rnd.reference_merged(x, parts, act)
                 base = ops.tile_for(layer, m)
-                kinds = ("fold", "deq") + (() if i8 else ("gemv", "deqt"))
+                kinds = ("fold", "fold1", "deq") + (() if i8 else ("gemv", "deqt"))
                 tiles = [base] + [ops.Tile(16 if k != "gemv" else 1, 64 if k != "gemv" else 32, 4, 2,
                                            base.split, k) for k in kinds] if m == 3 else [base]
                 for t in tiles:

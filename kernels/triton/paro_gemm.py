@@ -9,7 +9,9 @@ register interleave). Zero points ride as d = zp - 8 (int8 [G, N]) beside the f1
 Per group the loop does only the dots on (c - 8); the asymmetric zero point folds once per group
 and output with the activation row sums the prologue produced:
 
-    y[m, n] += S[m,g] * (sc[g,n] * dot_g(a, c-8)[m, n] - sc[g,n]*d[g,n] * RS[m,g])
+    y[m, n] += sc[g,n]*S[m,g] * dot_g(a, c-8)[m, n] - sc[g,n]*d[g,n] * RS[m,g]
+
+(RS = S times the group's code sum, formed by the prologue.)
 
 The dot is computed transposed (weights as the MMA's M side, rows of x as its N side), so a decode
 call with M = 1 pads to 16 rows, not 64. Merged linears: columns [pb1, pb2) read rotated copy 1 of
@@ -21,12 +23,16 @@ allocated once, outside graph capture.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
 from radiance.kernels.formats.paroquant import GROUP_SIZE, unpack_awq
 from radiance.kernels.triton.small_int import small_int_f32
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # the CPU interpreter cannot run inline PTX
 
 
 def repack(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: list[torch.Tensor]):
@@ -64,9 +70,31 @@ def _deq_f16(nib, zp, sc):
 
 
 @triton.jit
-def _nibble_i8(nib):
-    # c - 8 as int8 (the W4A8 dots run on the centred codes; the zero point folds per group)
-    return (nib.to(tl.int8) - 8).to(tl.int8)
+def _nibbles_i8(w, ASM: tl.constexpr):
+    # weight bytes -> (low, high) nibbles as centred int8 c - 8 (the W4A8 dots run on the centred
+    # codes; the zero point folds per group). ASM: four bytes per 32-bit register (pack=4) with no
+    # borrow between them: c - 8 is c & 7 with bits 3..7 set where c < 8, and (~c & 0x08) * 31 =
+    # 0xF8 sets them -- 4 instructions per word; the compiler's per-byte unpack took ~4 per byte.
+    if ASM:
+        lo = tl.inline_asm_elementwise(
+            "{ .reg .b32 s, t; not.b32 s, $1; and.b32 s, s, 0x08080808; mul.lo.u32 s, s, 31;"
+            " and.b32 t, $1, 0x07070707; or.b32 $0, t, s; }",
+            constraints="=r,r", args=[w], dtype=tl.int8, is_pure=True, pack=4)
+        hi = tl.inline_asm_elementwise(
+            "{ .reg .b32 u, s, t; shr.b32 u, $1, 4; not.b32 s, u; and.b32 s, s, 0x08080808; mul.lo.u32 s, s, 31;"
+            " and.b32 t, u, 0x07070707; or.b32 $0, t, s; }",
+            constraints="=r,r", args=[w], dtype=tl.int8, is_pure=True, pack=4)
+        return lo, hi
+    else:
+        return ((w & 15).to(tl.int8) - 8).to(tl.int8), ((w >> 4).to(tl.int8) - 8).to(tl.int8)
+
+
+@triton.jit
+def _fold_group(acc, dg, sc, s, nzs, sr):
+    # acc + dg*(sc*s) - (sc*d)*sr for one group, as one multiply and two FMAs per element (the
+    # scale product is an outer product; the zero-point term is an FMA on the negated sc*d). The
+    # int8 kinds do this per element per group -- it, not the int8 MMA, bounds them.
+    return tl.fma(nzs, sr, tl.fma(dg, sc * s, acc))
 
 
 @triton.jit
@@ -124,33 +152,49 @@ def _group_operands_t(W, a_base, g, N, offs_n, offs_t, mmask, nmask):
 
 
 @triton.jit
+def _side_by_side(lo, hi, BN: tl.constexpr):
+    # a group's low- and high-nibble halves [BN, 64] as one [BN, 128] operand in K order (t, then
+    # t + 64): join puts each pair in one thread, the permute and reshape only rename them
+    return tl.reshape(tl.permute(tl.join(lo, hi), (0, 2, 1)), (BN, 128))
+
+
+@triton.jit
 def _paro_fold_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
                       BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr, NS: tl.constexpr,
-                      HAS_BIAS: tl.constexpr):
+                      HAS_BIAS: tl.constexpr, ASM: tl.constexpr, ONE_DOT: tl.constexpr):
     # kind "fold": transposed dot (weights = the MMA's M side, x rows its N side) on (c - 8), the
-    # zero point folded once per group: acc += S * (sc * dot - sc*d * RS)
+    # zero point folded once per group: acc += sc*S * dot - sc*d * RS. Kind "fold1" (ONE_DOT):
+    # the group as one K = 128 dot, one warpgroup wait per group instead of two (offline sm_90 SASS)
     prt, offs_m, offs_n, mmask, nmask, g0, g1, tile = _program_tile(M, N, G, pb1, pb2, gps, BM, BN)
     offs_t = tl.arange(0, 64)
     a_base = A + prt * M * K + offs_m[None, :] * K + offs_t[:, None]  # [64, BM]
+    a_base128 = A + prt * M * K + offs_m[None, :] * K + tl.arange(0, 128)[:, None]  # [128, BM] (ONE_DOT)
     s_base = prt * M * G + offs_m * G
     acc = tl.zeros((BN, BM), dtype=tl.float32)
     for g in tl.range(g0, g1, num_stages=NS):
         w, a_lo, a_hi = _group_operands_t(W, a_base, g, N, offs_n, offs_t, mmask, nmask)
         if A_INT8:
-            lo = _nibble_i8(w & 15)
-            hi = _nibble_i8(w >> 4)
-            dg = tl.dot(lo, a_lo, out_dtype=tl.int32)
-            dg = small_int_f32(tl.dot(hi, a_hi, dg, out_dtype=tl.int32), 0)
+            lo, hi = _nibbles_i8(w, ASM)
+            if ONE_DOT:
+                dg = tl.dot(_side_by_side(lo, hi, BN), tl.load(a_base128 + g * 128, mask=mmask[None, :], other=0),
+                            out_dtype=tl.int32)
+                dg = small_int_f32(dg, 0)
+            else:
+                dg = tl.dot(lo, a_lo, out_dtype=tl.int32)
+                dg = small_int_f32(tl.dot(hi, a_hi, dg, out_dtype=tl.int32), 0)
         else:
             lo = _nibble_f16(w & 15) - 1032.0  # c - 8, exact
             hi = _nibble_f16(w >> 4) - 1032.0
-            dg = tl.dot(lo, a_lo)
-            dg = tl.dot(hi, a_hi, dg)
+            if ONE_DOT:
+                dg = tl.dot(_side_by_side(lo, hi, BN), tl.load(a_base128 + g * 128, mask=mmask[None, :], other=0))
+            else:
+                dg = tl.dot(lo, a_lo)
+                dg = tl.dot(hi, a_hi, dg)
         sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0).to(tl.float32)
-        zs = sc * tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.float32)
+        nzs = sc * -tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.float32)
         s = tl.load(S + s_base + g, mask=mmask, other=0.0)
-        sr = s * tl.load(RS + s_base + g, mask=mmask, other=0.0)
-        acc += (dg * sc[:, None]) * s[None, :] - zs[:, None] * sr[None, :]
+        sr = tl.load(RS + s_base + g, mask=mmask, other=0.0)  # S * row sum (paro_rotate)
+        acc = _fold_group(acc, dg, sc[:, None], s[None, :], nzs[:, None], sr[None, :])
     _finish(tl.trans(acc), Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2),
             tile, HAS_BIAS)
 
@@ -158,7 +202,7 @@ def _paro_fold_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
 @triton.jit
 def _paro_deq_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
                      BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr, NS: tl.constexpr,
-                      HAS_BIAS: tl.constexpr):
+                     HAS_BIAS: tl.constexpr, ASM: tl.constexpr):
     # kind "deq": x rows the MMA's M side, weights its N side (B operand staged in shared memory).
     # W4A16: plain fp16 activations, weights (c - zp) * sc in fp16 (one rounding of an exact
     # product), accumulated by the dot itself. W4A8: int8 dot on (c - 8), zero point folded per group.
@@ -173,15 +217,14 @@ def _paro_deq_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb
         a_lo = tl.load(a_base + g * 128, mask=mmask[:, None], other=0)
         a_hi = tl.load(a_base + g * 128 + 64, mask=mmask[:, None], other=0)
         if A_INT8:
-            lo = _nibble_i8(w & 15)
-            hi = _nibble_i8(w >> 4)
+            lo, hi = _nibbles_i8(w, ASM)
             dg = tl.dot(a_lo, lo, out_dtype=tl.int32)
             dg = tl.dot(a_hi, hi, dg, out_dtype=tl.int32)
             sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0).to(tl.float32)
-            zs = sc * tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.float32)
+            nzs = sc * -tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.float32)
             s = tl.load(S + s_base + g, mask=mmask, other=0.0)
-            sr = s * tl.load(RS + s_base + g, mask=mmask, other=0.0)
-            acc += (small_int_f32(dg, 0) * sc[None, :]) * s[:, None] - sr[:, None] * zs[None, :]
+            sr = tl.load(RS + s_base + g, mask=mmask, other=0.0)  # S * row sum (paro_rotate)
+            acc = _fold_group(acc, small_int_f32(dg, 0), sc[None, :], s[:, None], nzs[None, :], sr[:, None])
         else:
             sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0)
             zp = _zero_f16(D + g * N + offs_n, nmask)
@@ -253,7 +296,8 @@ def _paro_gemv_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
     _finish(y[None, :], Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2), tile, HAS_BIAS)
 
 
-KERNELS = {"fold": _paro_fold_kernel, "deq": _paro_deq_kernel, "deqt": _paro_deqt_kernel, "gemv": _paro_gemv_kernel}
+KERNELS = {"fold": _paro_fold_kernel, "fold1": _paro_fold_kernel, "deq": _paro_deq_kernel, "deqt": _paro_deqt_kernel,
+           "gemv": _paro_gemv_kernel}
 
 
 def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1: int, pb2: int,
@@ -297,7 +341,9 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
                            MR=bm, R=bn // (8 * num_warps), GPI=gpi, WARPS=num_warps, PREFETCH=min(2, num_stages - 1),
                            HAS_BIAS=bias is not None, num_warps=num_warps)
         return y
-    extra = {"GPI": gpi} if kind == "gemv" else {}
+    extra = {"GPI": gpi} if kind == "gemv" else {"ASM": not INTERPRET} if kind in ("fold", "fold1", "deq") else {}
+    if kind.startswith("fold"):
+        extra["ONE_DOT"] = kind == "fold1"
     if maxnreg:
         extra["maxnreg"] = maxnreg
     KERNELS[kind][grid](a, s, rs, wb, sc, d, y, part if bias is None else bias, part, cnt,

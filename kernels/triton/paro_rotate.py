@@ -10,9 +10,11 @@ Output modes (OUT_MODE):
            reference.rotate; the gemv GEMM's input).
 - 1 F16G:  fp16 codes scaled per (row, group) by a power of two so the group amax lands in
            [2^14, 2^15): exact scaling, no overflow whatever the activation range, no subnormals.
-           S = that power of two, RS = sum of the fp16 codes (fp32) -- the GEMM's W4A16 input.
-- 2 I8G:   int8 per (row, group), S = amax/127, q = clamp(rne(x / S), +-127), RS = integer sum of
-           q (exact in fp32) -- reference.quant_int8_group's numerics; the GEMM's W4A8 input.
+           S = that power of two, RS = S * (sum of the fp16 codes) -- the GEMM's W4A16 input.
+- 2 I8G:   int8 per (row, group), S = amax/127, q = clamp(rne(x / S), +-127), RS = S * (integer
+           sum of q, exact in fp32) -- reference.quant_int8_group's numerics; the GEMM's W4A8 input.
+           In both, RS is the zero-point term's activation factor, formed here once per (row, group)
+           instead of once per GEMM program.
 - 3 PLAIN: the rotated activations cast to fp16 with no scale (dequant-to-scratch + cuBLAS path).
 - 4 ROT32P: ROT32 in the gemv's plane order: within each group, plane j (= the j-th nibble of the
            gemv's weight words) holds its 16 activations contiguously, pre-multiplied by the power
@@ -132,7 +134,7 @@ def _store_group(x, A, S, RS, rows, cols, rmask, g, p, M, K, G, BM: tl.constexpr
         tl.store(out, q, mask=rmask[:, None])
         sg = p * M * G + rows * G + g
         tl.store(S + sg, scale, mask=rmask)
-        tl.store(RS + sg, rs, mask=rmask)
+        tl.store(RS + sg, scale * rs, mask=rmask)
 
 
 @triton.jit
