@@ -14,8 +14,8 @@ MMA's A operand, x rows its N side -- on sm_90 the weights never pass through sh
 `deq` (the same with the weights as the MMA's B operand, staged in shared memory; W4A16 reads
 plain fp16 activations, as AWQ/Marlin do, so |rotated activation| must stay below 65504; W4A8
 reads per-group int8 and folds the zero point per group), `fold` (transposed MMA on (c - 8) with
-fp16 activations scaled per (row, group) by a power of two: no range limit),
-`gemv` (CUDA cores). W4A8 needs int8 tensor-core dots (sm_80+); asking for it below is an error.
+fp16 activations scaled per (row, group) by a power of two: no range limit; `fold1` the same
+with the group as one K = 128 dot), `gemv` (CUDA cores). W4A8 needs int8 tensor-core dots (sm_80+); asking for it below is an error.
 """
 
 from __future__ import annotations
