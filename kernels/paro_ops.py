@@ -20,14 +20,13 @@ with the group as one K = 128 dot), `gemv` (CUDA cores). W4A8 needs int8 tensor-
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 
 import torch
 import triton
 
 from radiance.kernels.formats.paroquant import GROUP_SIZE
-from radiance.kernels.triton import paro_gemm, paro_rotate
+from radiance.kernels.triton import interpreting, paro_gemm, paro_rotate
 from radiance.knobs import knob, knob_int
 
 MAX_PARTS = 3
@@ -123,7 +122,7 @@ def gemv_kind() -> str:
     """The M=1 W4A16 kernel: Gluon on a GPU; the plain Triton one where Gluon cannot run (the
     CPU interpreter) or when RADIANCE_PQ_GEMV=triton asks for it (paired before/after runs)."""
     raw = knob("RADIANCE_PQ_GEMV")
-    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    interpret = interpreting()
     if raw in (None, ""):
         return "gemv" if interpret else "gemv_gl"
     if raw not in ("gluon", "triton"):

@@ -17,6 +17,7 @@ import torch
 import triton
 
 from radiance.kernels import pq2_table as table
+from radiance.kernels.triton import interpreting
 from radiance.kernels.triton.pq2_common import reduce_splits
 from radiance.kernels.triton.pq2_gemv import pq2_gemv_dp4a
 from radiance.kernels.triton.pq2_legacy import pq2_legacy_gemm
@@ -24,7 +25,7 @@ from radiance.kernels.triton.pq2_planes import pq2_planes_gemm
 from radiance.kernels.triton.pq2_quant import GROUP, _quant_groups, quant_grid
 from radiance.kernels.triton.pq2_skinny import skinny_splitk_gemm
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # CPU interpreter: no PTX, no libdevice
+INTERPRET = interpreting()  # CPU interpreter: no PTX, no libdevice
 QUANT_GB = 4  # groups per quantization program
 REDUCE_BLOCK = 1024
 

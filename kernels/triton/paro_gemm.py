@@ -23,16 +23,15 @@ allocated once, outside graph capture.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
 from radiance.kernels.formats.paroquant import GROUP_SIZE, unpack_awq
+from radiance.kernels.triton import interpreting
 from radiance.kernels.triton.small_int import small_int_f32
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # the CPU interpreter cannot run inline PTX
+INTERPRET = interpreting()  # the CPU interpreter cannot run inline PTX
 
 
 def repack(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: list[torch.Tensor]):
