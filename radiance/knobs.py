@@ -66,7 +66,7 @@ KNOBS: dict[str, Knob] = {
         Knob("RADIANCE_PQ_ROT_STREAM2", "0", True,
              "gfx1201: silu-mul / gated-norm / attention-gate rotate producers (needs `RADIANCE_PQ_ROT_STREAM`).", "-rs2"),
         Knob("RADIANCE_PQ_I8", "0", True,
-             "gfx1201: int8 activations on the int8 WMMA instead of fp8. NVIDIA sm_80+: W4A8 (int8 per-group activations, int8 tensor-core GEMM) instead of W4A16.", "-i8"),
+             "gfx1201: int8 activations on the int8 WMMA instead of fp8. NVIDIA sm_80+: W4A8 (int8 per-group activations, int8 tensor-core GEMM) instead of W4A16; on the H200 faster at M = 2..16, slower from M = 64 (bench/RESULTS.md, paroquant run 9).", "-i8"),
         Knob("RADIANCE_PQ_SCRATCH_GEMM", None, False,
              "NVIDIA paroquant prefill: `1` dequantizes the weight to an fp16 scratch (one copy of the largest layer's weight, reserved at load) and runs cuBLAS, `0` keeps the fused Triton GEMM; unset = scratch for W4A16 on every GPU (measured faster at every prefill M on the H200; on sm_75 also for decode rows above 8, where Triton has no tensor-core dot), the int8 GEMM for W4A8 (`1` with `RADIANCE_PQ_I8=1` is an error)."),
         Knob("RADIANCE_PQ_GEMV", None, False,
