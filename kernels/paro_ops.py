@@ -168,8 +168,11 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
 def prefill_tile(cap: tuple[int, int], i8: bool) -> Tile:
     # measured at M=2048 on gate_up: W4A16 deq 128x256 2272 µs (128x128: 2567); W4A8 fold
     # 128x64 on 2 stages capped at 168 registers (3 programs per SM instead of 2) 1710 µs, uncapped
-    # 1905, on 4 stages 1914 (RESULTS run 9)
-    t = Tile(128, 64, 4, 2, 1, "fold", maxnreg=168) if i8 else Tile(128, 256, 8, 3, 1, "deq")
+    # 1905, on 4 stages 1914 (RESULTS run 9). The cap is sm_90's: for sm_86 the same tile compiles to
+    # mma.sync with 253 registers, and capped it spills (offline SASS: 168 stack bytes, 73 local
+    # loads/stores per group) -- unmeasured there, so the compiler's choice.
+    maxnreg = 168 if cap >= (9, 0) else 0
+    t = Tile(128, 64, 4, 2, 1, "fold", maxnreg=maxnreg) if i8 else Tile(128, 256, 8, 3, 1, "deq")
     return fit_tile(t, smem_limit(cap), 1 if i8 else 2)
 
 

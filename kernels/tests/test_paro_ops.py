@@ -25,6 +25,9 @@ def test_turing_tiles_are_halved_to_fit_64kb():
     assert ops.smem_bytes(turing, 2) <= 64 * 1024
     assert (turing.bm, turing.bn) != (h200.bm, h200.bn) or turing.stages < h200.stages
     assert h200 == ops.Tile(128, 256, 8, 3, 1, "deq")  # the H200 choice is unchanged by the fitting
+    # the W4A8 register cap was measured on sm_90 only (3 programs per SM there; sm_86 would spill)
+    assert ops.prefill_tile((9, 0), i8=True) == ops.Tile(128, 64, 4, 2, 1, "fold", maxnreg=168)
+    assert ops.prefill_tile((8, 6), i8=True) == ops.Tile(128, 64, 4, 2, 1, "fold")
     for m in (1, 16, 64):
         t = ops.decode_tile(m, 5120, 136, 30, (7, 5))
         assert t.kind in ("gemv", "gemv_gl", "deqt")
