@@ -193,12 +193,12 @@ def _paro_fold_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
     acc = tl.zeros((BN, BM), dtype=tl.float32)
     for g in tl.range(g0, g1, num_stages=NS):
         w, a_lo, a_hi = _group_operands_t(W, a_base, g, N, offs_n, offs_t, mmask, nmask)
+        if ONE_DOT:
+            a128 = tl.load(a_base128 + g * 128, mask=mmask[None, :], other=0)
         if A_INT8:
             lo, hi = _nibbles_i8(w, ASM)
             if ONE_DOT:
-                dg = tl.dot(_side_by_side(lo, hi, BN), tl.load(a_base128 + g * 128, mask=mmask[None, :], other=0),
-                            out_dtype=tl.int32)
-                dg = small_int_f32(dg, 0)
+                dg = small_int_f32(tl.dot(_side_by_side(lo, hi, BN), a128, out_dtype=tl.int32), 0)
             else:
                 dg = tl.dot(lo, a_lo, out_dtype=tl.int32)
                 dg = small_int_f32(tl.dot(hi, a_hi, dg, out_dtype=tl.int32), 0)
@@ -206,7 +206,7 @@ def _paro_fold_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
             lo = _nibble_f16(w & 15) - 1032.0  # c - 8, exact
             hi = _nibble_f16(w >> 4) - 1032.0
             if ONE_DOT:
-                dg = tl.dot(_side_by_side(lo, hi, BN), tl.load(a_base128 + g * 128, mask=mmask[None, :], other=0))
+                dg = tl.dot(_side_by_side(lo, hi, BN), a128)
             else:
                 dg = tl.dot(lo, a_lo)
                 dg = tl.dot(hi, a_hi, dg)
@@ -363,7 +363,7 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
                            MR=bm, R=bn // (8 * num_warps), GPI=gpi, WARPS=num_warps, PREFETCH=min(2, num_stages - 1),
                            HAS_BIAS=bias is not None, num_warps=num_warps)
         return y
-    extra = {"GPI": gpi} if kind == "gemv" else {"ASM": not INTERPRET} if kind in ("fold", "fold1", "deq", "deqt") else {}
+    extra = {"GPI": gpi} if kind == "gemv" else {"ASM": not INTERPRET}  # every tensor-core kind unpacks in PTX
     if kind.startswith("fold"):
         extra["ONE_DOT"] = kind == "fold1"
     if maxnreg:
