@@ -110,6 +110,24 @@ def _nibbles_i8(w, ASM: tl.constexpr):
 
 
 @triton.jit
+def _codes_minus_zero_i8(w, zp, ASM: tl.constexpr):
+    # weight bytes -> (low, high) nibbles as int8 c - zp (zp = zero point 0..15, broadcast per
+    # row), so the dot carries the zero point and no row-sum term is left. ASM: four bytes per
+    # register with no borrow: 16 + c - zp >= 1 per byte; c - zp is its low 4 bits with bits 4..7
+    # set where it is below 16 ((~y & 0x10) * 15 = 0xF0).
+    if ASM:
+        return tl.inline_asm_elementwise(
+            "{ .reg .b32 x, y, t, u;\n"
+            " and.b32 x, $2, 0x0F0F0F0F; or.b32 x, x, 0x10101010; sub.u32 y, x, $3;\n"
+            " not.b32 t, y; and.b32 t, t, 0x10101010; mul.lo.u32 t, t, 15; and.b32 y, y, 0x0F0F0F0F; or.b32 $0, y, t;\n"
+            " shr.b32 u, $2, 4; and.b32 x, u, 0x0F0F0F0F; or.b32 x, x, 0x10101010; sub.u32 y, x, $3;\n"
+            " not.b32 t, y; and.b32 t, t, 0x10101010; mul.lo.u32 t, t, 15; and.b32 y, y, 0x0F0F0F0F; or.b32 $1, y, t; }",
+            constraints="=r,=r,r,r", args=[w, zp], dtype=(tl.int8, tl.int8), is_pure=True, pack=4)
+    else:
+        return ((w & 15).to(tl.int8) - zp).to(tl.int8), ((w >> 4).to(tl.int8) - zp).to(tl.int8)
+
+
+@triton.jit
 def _fold_group(acc, dg, sc, s, nzs, sr):
     # acc + dg*(sc*s) - (sc*d)*sr for one group, as one multiply and two FMAs per element (the
     # scale product is an outer product; the zero-point term is an FMA on the negated sc*d). The
@@ -196,7 +214,11 @@ def _paro_fold_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
         if ONE_DOT:
             a128 = tl.load(a_base128 + g * 128, mask=mmask[None, :], other=0)
         if A_INT8:
-            lo, hi = _nibbles_i8(w, ASM)
+            if BM >= 64:  # as in deq
+                zp = (tl.load(D + g * N + offs_n, mask=nmask, other=0) + 8).to(tl.int8)
+                lo, hi = _codes_minus_zero_i8(w, zp[:, None], ASM)
+            else:
+                lo, hi = _nibbles_i8(w, ASM)
             if ONE_DOT:
                 dg = small_int_f32(tl.dot(_side_by_side(lo, hi, BN), a128, out_dtype=tl.int32), 0)
             else:
@@ -211,10 +233,13 @@ def _paro_fold_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
                 dg = tl.dot(lo, a_lo)
                 dg = tl.dot(hi, a_hi, dg)
         sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0).to(tl.float32)
-        nzs = sc * -tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.float32)
         s = tl.load(S + s_base + g, mask=mmask, other=0.0)
-        sr = tl.load(RS + s_base + g, mask=mmask, other=0.0)  # S * row sum (paro_rotate)
-        acc = _fold_group(acc, dg, sc[:, None], s[None, :], nzs[:, None], sr[None, :])
+        if A_INT8 and BM >= 64:
+            acc = tl.fma(dg, sc[:, None] * s[None, :], acc)
+        else:
+            nzs = sc * -tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.float32)
+            sr = tl.load(RS + s_base + g, mask=mmask, other=0.0)  # S * row sum (paro_rotate)
+            acc = _fold_group(acc, dg, sc[:, None], s[None, :], nzs[:, None], sr[None, :])
     _finish(tl.trans(acc), Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2),
             tile, HAS_BIAS)
 
@@ -237,14 +262,21 @@ def _paro_deq_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb
         a_lo = tl.load(a_base + g * 128, mask=mmask[:, None], other=0)
         a_hi = tl.load(a_base + g * 128 + 64, mask=mmask[:, None], other=0)
         if A_INT8:
-            lo, hi = _nibbles_i8(w, ASM)
+            if BM >= 64:  # the epilogue outweighs the unpack: the zero point rides in the codes
+                zp = (tl.load(D + g * N + offs_n, mask=nmask, other=0) + 8).to(tl.int8)
+                lo, hi = _codes_minus_zero_i8(w, zp[None, :], ASM)
+            else:
+                lo, hi = _nibbles_i8(w, ASM)
             dg = tl.dot(a_lo, lo, out_dtype=tl.int32)
-            dg = tl.dot(a_hi, hi, dg, out_dtype=tl.int32)
+            dg = small_int_f32(tl.dot(a_hi, hi, dg, out_dtype=tl.int32), 0)
             sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0).to(tl.float32)
-            nzs = sc * -tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.float32)
             s = tl.load(S + s_base + g, mask=mmask, other=0.0)
-            sr = tl.load(RS + s_base + g, mask=mmask, other=0.0)  # S * row sum (paro_rotate)
-            acc = _fold_group(acc, small_int_f32(dg, 0), sc[None, :], s[:, None], nzs[None, :], sr[:, None])
+            if BM >= 64:
+                acc = tl.fma(dg, s[:, None] * sc[None, :], acc)
+            else:
+                nzs = sc * -tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.float32)
+                sr = tl.load(RS + s_base + g, mask=mmask, other=0.0)  # S * row sum (paro_rotate)
+                acc = _fold_group(acc, dg, sc[None, :], s[:, None], nzs[None, :], sr[:, None])
         else:
             sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0)
             zp = _zero_f16(D + g * N + offs_n, nmask)
