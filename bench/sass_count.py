@@ -5,6 +5,7 @@ specializes them at run time (without that the weight loads come out as 32-bit, 
 
     python3 bench/sass_count.py gemv BN=16 GPI=4 --warps 2 --stages 1
     python3 bench/sass_count.py gemv_gl R=2 GPI=2 PREFETCH=1 --warps 2 --sm 86
+    python3 bench/sass_count.py gemv_gl PREFETCH=2 RING=4 --warps 4      # gemv_ca: a 4-buffer cp.async ring
 
 Use the device's Triton (3.6.0: the wheel in the package mirror, unpacked on PYTHONPATH); another
 version compiles other code. Needs nvdisasm (Triton's bundled one is used).
@@ -45,6 +46,7 @@ def main() -> None:
 
         from radiance.kernels.triton.paro_gemv_gluon import paro_gemv_gl
         fn, source, const = paro_gemv_gl, GluonASTSource, {"MR": 1, "R": 2, "GPI": 1, "WARPS": args.warps, "PREFETCH": 1,
+                                                          "WDEPTH": 1, "RING": 0,
                                                           "HAS_BIAS": False}
     else:
         fn, source = paro_gemm.KERNELS[args.kind], triton.compiler.ASTSource

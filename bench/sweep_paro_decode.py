@@ -33,6 +33,14 @@ def tiles(m: int, groups: int, kinds: str):
         for mr, (r, warps), stages, split in itertools.product((2,) if m == 2 else (2, 4),
                                                                ((1, 4), (2, 4), (2, 2), (4, 4)), (2, 3), (2, 4, 6, 8)):
             yield ops.Tile(mr, 8 * r * warps, warps, stages, split, "gemv_gl", 1)
+    mr = 1 if m == 1 else 2 if m == 2 else 4
+    if m <= 4 and "gemv_ca" in kinds:  # the weights through a cp.async ring of `stages` buffers
+        for (r, warps), stages, split in itertools.product(((1, 4), (2, 4), (2, 2), (4, 4)), (3, 4, 6, 8),
+                                                           (2, 4, 8, 12, 16)):
+            yield ops.Tile(mr, 8 * r * warps, warps, stages, split, "gemv_ca", 1)
+    if m <= 4 and "gemv_deep" in kinds:  # gemv_gl with the weights stages - 2 steps ahead in registers
+        for (r, warps), stages, split in itertools.product(((1, 4), (2, 4), (4, 4)), (4, 5, 6), (4, 8, 12, 16)):
+            yield ops.Tile(mr, 8 * r * warps, warps, stages, split, "gemv_gl", 1)
     if m == 1 and "gemv," in kinds + ",":
         for bn, warps, stages, gpi, split in itertools.product((16, 32, 64), (2, 4), (1, 2), (1, 2, 4), (1, 2)):
             if groups % gpi == 0 and bn * 16 >= 32 * warps:
@@ -59,7 +67,7 @@ def main() -> None:
     ap.add_argument("--shapes", default="gate_up,down")
     ap.add_argument("--ms", default="1,4")
     ap.add_argument("--kinds", default="gemv_gl",
-                    help="kinds swept (comma list): gemv_gl (M <= 4), gemv (M = 1), deq, deqt (M > 1)")
+                    help="kinds swept (comma list): gemv_gl, gemv_ca, gemv_deep (M <= 4), gemv (M = 1), deq, deqt (M > 1)")
     args = ap.parse_args()
     gen = torch.Generator(device="cuda").manual_seed(0)
     path = os.path.join(args.out, "sweep-paro.jsonl")

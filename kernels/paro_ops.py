@@ -30,7 +30,7 @@ from radiance.kernels.triton import interpreting, paro_gemm, paro_rotate
 from radiance.knobs import knob, knob_int
 
 MAX_PARTS = 3
-W4A16_ONLY = ("deqt", "gemv", "gemv_gl")  # kinds that multiply fp16/fp32 activations only
+W4A16_ONLY = ("deqt", "gemv", "gemv_gl", "gemv_ca")  # kinds that multiply fp16/fp32 activations only
 GEMV_MAX_M = 1  # W4A16 rows up to this run the Triton CUDA-core gemv (one program per row)
 GEMV_GL_MAX_M = 2  # ... and up to this the Gluon one (all rows in one program)
 # Below Ampere Triton 3.6 lowers tl.dot to FMA (no tensor cores; offline SASS for sm_75: the deq /
@@ -49,7 +49,7 @@ class Tile:
     warps: int
     stages: int
     split: int = 1
-    kind: str = "deq"  # "deq" | "deqt" | "fold" | "fold1" | "gemv" (paro_gemm.KERNELS) | "gemv_gl" (paro_gemv_gluon)
+    kind: str = "deq"  # "deq" | "deqt" | "fold" | "fold1" | "gemv" (paro_gemm.KERNELS) | "gemv_gl" | "gemv_ca" (paro_gemv_gluon)
     gpi: int = 1  # K groups per loop iteration (gemv only; divides the layer's group count)
     maxnreg: int = 0  # register cap per thread, 0 = the compiler's choice (Triton kinds; gemv_gl refuses one)
 
@@ -59,15 +59,17 @@ def prologue_mode(kind: str, i8: bool) -> int:
     if i8:
         return paro_rotate.I8G
     return {"deq": paro_rotate.PLAIN, "deqt": paro_rotate.PLAIN, "fold": paro_rotate.F16G, "fold1": paro_rotate.F16G,
-            "gemv": paro_rotate.ROT32P, "gemv_gl": paro_rotate.ROT32P}[kind]
+            "gemv": paro_rotate.ROT32P, "gemv_gl": paro_rotate.ROT32P, "gemv_ca": paro_rotate.ROT32P}[kind]
 
 
 def smem_bytes(t: Tile, act_bytes: int) -> int:
     """Shared memory the GEMM asks for: pipelined weight + activation tiles per stage, plus the
     dequantized weight operand staged once. The Gluon gemv keeps everything in registers (1 KB
-    for its final cross-warp sum)."""
+    for its final cross-warp sum); gemv_ca adds its ring of weight tiles."""
     if t.kind == "gemv_gl":
         return 1024
+    if t.kind == "gemv_ca":
+        return 1024 + t.stages * t.gpi * t.bn * 64
     return t.stages * (t.bn * 64 + t.bm * GROUP_SIZE * act_bytes) + t.bn * GROUP_SIZE * act_bytes
 
 
@@ -137,14 +139,14 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
     """Split-K tile for the decode band. W4A16 with M <= GEMV_GL_MAX_M (Gluon) or GEMV_MAX_M
     (plain Triton) -- on sm_75 up to TURING_GEMV_MAX_M -- runs on CUDA cores; above, and for
     W4A8, the tensor-core kind."""
-    # measured on the H200 (bench/sweep_paro_decode.py, RESULTS "paroquant"): both kinds are bound
-    # by load latency, so the tile that wins is the one that puts the most loads in flight. Gluon gemv
+    # measured on the H200 (bench/sweep_paro_decode.py, RESULTS "paroquant"). Gluon gemv
     # (run 3 sweep): 2 columns x 4 words per thread, 4 warps, everything of the next group prefetched
     # (stages 3), ~12 programs per SM by split-K (gate_up 42.9 µs with BN 128 split 6; down 29.1,
     # out 14.6 with BN 64 split 8; 2 groups per step lost everywhere); at M=2 two rows per program
     # share each decoded word (BN 128, weights prefetched: gate_up 58.4 vs deq 69.6 µs, down 37.2 vs
-    # 43.2), at M=3, 4 the tensor cores win (gate_up 70.5 vs 95.2). Triton gemv: BN 16, 2 warps,
-    # 4 groups per load. M=3..64 W4A16 (run 6 sweep): deqt, BN 64, 4 warps, 3 stages, split-K to
+    # 43.2), at M=3, 4 the tensor cores win (gate_up 70.5 vs 95.2). Weights 2-4 steps ahead (registers
+    # or the cp.async ring of `gemv_ca`) lost or tied on every shape at M = 1, 2 (run 10).
+    # Triton gemv: BN 16, 2 warps, 4 groups per load. M=3..64 W4A16 (run 6 sweep): deqt, BN 64, 4 warps, 3 stages, split-K to
     # ~16 programs per SM (8 at BM 64; gate_up M=64 split 2: 102.9 vs deq's 158.0 µs, M=8 66.1 vs
     # 71.9; down M=64 66.4 vs 90.5). W4A8: deq, the same split rule.
     turing_gemv = cap < (8, 0) and not i8 and m <= TURING_GEMV_MAX_M
@@ -168,7 +170,7 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
 def prefill_tile(cap: tuple[int, int], i8: bool) -> Tile:
     # measured at M=2048 on gate_up: W4A16 deq 128x256 2272 µs (128x128: 2567); W4A8 fold
     # 128x64 on 2 stages capped at 168 registers (3 programs per SM instead of 2) 1710 µs, uncapped
-    # 1905, on 4 stages 1914 (RESULTS run 9). The cap is sm_90's: for sm_86 the same tile compiles to
+    # 1905, on 4 stages 1914 (RESULTS run 9); 1608 once the codes carry the zero point (run 10). The cap is sm_90's: for sm_86 the same tile compiles to
     # mma.sync with 253 registers, and capped it spills (offline SASS: 168 stack bytes, 73 local
     # loads/stores per group) -- unmeasured there, so the compiler's choice.
     maxnreg = 168 if cap >= (9, 0) else 0
@@ -295,6 +297,9 @@ def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor | None, rs: 
     """y [M, N] (+ bias) from prologue outputs (a [P, M, K] in the format `t.kind` reads,
     s/rs [P, M, G])."""
     check_partitions(layer, a)
+    if t.kind == "gemv_ca" and layer.cap < (8, 0):
+        raise ValueError(f"paroquant gemv_ca streams weights with cp.async (sm_80+); this GPU is "
+                         f"sm_{layer.cap[0]}{layer.cap[1]}: use gemv_gl")
     m = a.shape[1]
     y = torch.empty(m, layer.n, dtype=out_dtype, device=a.device)
     scr = _SCRATCH.get(a.device)

@@ -134,7 +134,10 @@ def test_every_kernel_kind(shape, i8, gen):
                       ((16, 2, 1, 1, 1), (32, 2, 2, split, 1), (64, 2, 3, split, 2), (128, 4, 3, split, 2),
                        (16, 1, 2, 1, 1))]
             tiles += [ops.Tile(mr, bn, w, st, split, "gemv_gl") for mr, bn, w, st in
-                      ((2, 32, 2, 2), (4, 64, 4, 2), (2, 64, 4, 3), (4, 32, 4, 3))]
+                      ((2, 32, 2, 2), (4, 64, 4, 2), (2, 64, 4, 3), (4, 32, 4, 3), (1, 64, 4, 5), (2, 64, 4, 4))]
+            tiles += [ops.Tile(mr, bn, w, st, sp, "gemv_ca") for mr, bn, w, st, sp in
+                      ((1, 64, 4, 4, split), (1, 32, 4, 2, 1), (2, 64, 4, 3, split), (4, 32, 4, 6, split),
+                       (1, 128, 4, 8, split))]
         for t in tiles:
             err = rnd.rel(ops.forward(layer, x, tile=t), ref)
             assert err <= 2e-3, f"{shape} M={m} {t}: rel {err:.2e}"

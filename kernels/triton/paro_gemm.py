@@ -362,7 +362,8 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
     programs per SM; ptxas rematerializes instead)."""
     _, m, k = a.shape
     g, n, _ = wb.shape
-    if g % gpi or (gpi > 1 and kind not in ("gemv", "gemv_gl")):
+    gluon = kind in ("gemv_gl", "gemv_ca")
+    if g % gpi or (gpi > 1 and kind != "gemv" and not gluon):
         raise ValueError(f"paroquant {kind}: {gpi} groups per iteration must divide the {g} groups (gemv only)")
     gps = triton.cdiv(triton.cdiv(g, split), gpi) * gpi
     split = triton.cdiv(g, gps)
@@ -379,20 +380,26 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
         raise ValueError("paroquant deqt is W4A16 only: int8 activations go to fold or deq")
     if kind == "gemv" and bm != 1:
         raise ValueError("paroquant gemv takes one row per program (bm=1)")
-    if kind == "gemv_gl" and bm not in (1, 2, 4):
-        raise ValueError(f"paroquant gemv_gl takes 1, 2 or 4 rows per program, not bm={bm}")
-    if kind in ("gemv", "gemv_gl"):
+    if gluon and bm not in (1, 2, 4):
+        raise ValueError(f"paroquant {kind} takes 1, 2 or 4 rows per program, not bm={bm}")
+    if kind == "gemv" or gluon:
         wb = wb.view(torch.int32)  # the same bytes as words [G, N, 16]
-    if kind == "gemv_gl":
+    if gluon:
         from radiance.kernels.triton.paro_gemv_gluon import paro_gemv_gl  # Gluon: imported only where it runs
 
         if bn % (8 * num_warps):
-            raise ValueError(f"paroquant gemv_gl: BN={bn} must be a multiple of 8 x {num_warps} warps")
+            raise ValueError(f"paroquant {kind}: BN={bn} must be a multiple of 8 x {num_warps} warps")
         if maxnreg:
-            raise ValueError(f"paroquant gemv_gl: no register cap (maxnreg={maxnreg}); it is for the Triton kinds")
+            raise ValueError(f"paroquant {kind}: no register cap (maxnreg={maxnreg}); it is for the Triton kinds")
+        if kind == "gemv_ca" and num_stages < 2:
+            raise ValueError(f"paroquant gemv_ca: a cp.async ring needs 2 or more buffers (stages={num_stages})")
+        # stages: gemv_ca's ring buffers; gemv_gl 1 = nothing ahead, 2 = the weights one step ahead,
+        # 3 = everything one step ahead, 4+ = also the weights stages - 2 steps ahead
+        ring = num_stages if kind == "gemv_ca" else 0
         paro_gemv_gl[grid](a, rs, wb, sc, d, y, part if bias is None else bias, part, cnt,
                            m, n, k, g, pb1, pb2, gps, split,
-                           MR=bm, R=bn // (8 * num_warps), GPI=gpi, WARPS=num_warps, PREFETCH=min(2, num_stages - 1),
+                           MR=bm, R=bn // (8 * num_warps), GPI=gpi, WARPS=num_warps,
+                           PREFETCH=2 if ring else min(2, num_stages - 1), WDEPTH=max(1, num_stages - 2), RING=ring,
                            HAS_BIAS=bias is not None, num_warps=num_warps)
         return y
     extra = {"GPI": gpi} if kind == "gemv" else {"ASM": not INTERPRET}  # every tensor-core kind unpacks in PTX

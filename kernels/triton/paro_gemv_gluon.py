@@ -12,8 +12,10 @@ between threads until the final reduction.
 The layout trick: a thread holds R consecutive columns x 4 consecutive words (one 16-byte load per
 column), so every activation it loads is reused R times from registers, and MR rows of x
 (M = 2..4 in one program) so every weight word it decodes is reused MR times. Weights of the next step
-are loaded before this step's arithmetic (PREFETCH=1; 2 also the activations and scales), the only
-pipelining a register-only loop has.
+are loaded before this step's arithmetic (PREFETCH=1; 2 also the activations and scales). Deeper
+weight pipelines -- WDEPTH steps ahead in registers, or a cp.async ring of RING shared-memory
+buffers (kind `gemv_ca`) -- were timed on the H200 and did not win (RESULTS run 10): more bytes in
+flight is not what this loop lacks.
 Arithmetic as in paro_gemm: nibble -> 2^23 + c*16^s by OR-ing an exponent (exact), one subtract,
 one FMA with the plane-ordered, pre-scaled activation (prologue mode ROT32P); per group
 acc += sc * t and the zero point folds as sc * zp * RS / 16 per word (exact: a power of two) so
@@ -23,6 +25,7 @@ No tensor-core or sm_90-only instruction: plain loads, integer ops and FMAs.
 """
 from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 
 @gluon.jit
@@ -41,32 +44,34 @@ def _nibble_2p23(w, s: gl.constexpr):
 
 
 @gluon.jit
-def _group_loads(W, SC, D, a_ptr, a_mask, rs_ptr, rs_mask, g, ok, N, w_off, w_mask, gn, gn_mask,
-                 WHAT: gl.constexpr):
-    # one loop step's operands for groups g.. (masked off past the program's range: `ok`).
-    # WHAT: 1 the weights only, 3 all but the weights, otherwise everything.
+def _group_loads(W, SC, D, a_ptr, rs_ptr, g, glast, N, w_off, gn, WHAT: gl.constexpr):
+    # one loop step's operands for groups g.. WHAT: 1 the weights only, 3 all but the weights,
+    # otherwise everything. No masks: every index is clamped into the tensors (a prefetch past the
+    # program's range reloads its last groups; rows past M and columns past N repeat the last one
+    # and are never stored), so no predicates and no zero-filled registers per load.
+    g = gl.minimum(g, glast)
     if WHAT != 3:
-        w = gl.load(W + g * N * 16 + w_off, mask=w_mask & ok, other=0)
+        w = gl.load(W + g * N * 16 + w_off)
     else:
         w = 0
     if WHAT == 1:
         return (w,)
     else:
-        sc = gl.load(SC + g * N + gn, mask=gn_mask & ok, other=0.0).to(gl.float32)
-        zp = gl.load(D + g * N + gn, mask=gn_mask & ok, other=0).to(gl.float32) + 8.0
-        rs = gl.load(rs_ptr + g, mask=rs_mask & ok, other=0.0)
+        sc = gl.load(SC + g * N + gn).to(gl.float32)
+        zp = gl.load(D + g * N + gn).to(gl.float32) + 8.0
+        rs = gl.load(rs_ptr + g)
         a = a_ptr + g * 128
-        m = a_mask & ok
-        return (w, sc, zp, rs, gl.load(a, mask=m, other=0.0), gl.load(a + 16, mask=m, other=0.0),
-                gl.load(a + 32, mask=m, other=0.0), gl.load(a + 48, mask=m, other=0.0),
-                gl.load(a + 64, mask=m, other=0.0), gl.load(a + 80, mask=m, other=0.0),
-                gl.load(a + 96, mask=m, other=0.0), gl.load(a + 112, mask=m, other=0.0))
+        return (w, sc, zp, rs, gl.load(a), gl.load(a + 16), gl.load(a + 32), gl.load(a + 48), gl.load(a + 64),
+                gl.load(a + 80), gl.load(a + 96), gl.load(a + 112))
 
 
 @gluon.jit
 def paro_gemv_gl(A, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
                  MR: gl.constexpr, R: gl.constexpr, GPI: gl.constexpr, WARPS: gl.constexpr,
-                 PREFETCH: gl.constexpr, HAS_BIAS: gl.constexpr):
+                 PREFETCH: gl.constexpr, WDEPTH: gl.constexpr, RING: gl.constexpr, HAS_BIAS: gl.constexpr):
+    # PREFETCH: 0 loads at use, 1 the weights ahead, 2 also the activations and scales (one step);
+    # the weights run WDEPTH steps ahead in registers, or (RING > 0, sm_80+) through a cp.async
+    # ring of RING shared-memory buffers: more bytes in flight per program without registers.
     # axes: rows of x, K groups, output columns, weight words of a group
     L4: gl.constexpr = gl.BlockedLayout(size_per_thread=[MR, 1, R, 4], threads_per_warp=[1, 1, 8, 4],
                                         warps_per_cta=[1, 1, WARPS, 1], order=[3, 2, 1, 0])
@@ -83,38 +88,53 @@ def paro_gemv_gl(A, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps,
     g0 = pid_k * gps
     g1 = gl.minimum(g0 + gps, G)
 
+    glast = g1 - GPI  # the host keeps gps a multiple of GPI
     gi = gl.arange(0, GPI, layout=gl.SliceLayout(1, LGN))
-    cols = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, LGN))
+    cols = gl.minimum(n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, LGN)), N - 1)
     gn = gi[:, None] * N + cols[None, :]  # [GPI, BN] into SC, D
-    gn_mask = (gi[:, None] < GPI) & (cols < N)[None, :]
     w_off = gl.expand_dims(gn, 2) * 16 + gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))[None, None, :]
-    w_mask = gl.expand_dims(gn_mask, 2)
-    ra = m0 + gl.arange(0, MR, layout=gl.SliceLayout(1, gl.SliceLayout(2, LA)))
+    ra = gl.minimum(m0 + gl.arange(0, MR, layout=gl.SliceLayout(1, gl.SliceLayout(2, LA))), M - 1)
     ga = gl.arange(0, GPI, layout=gl.SliceLayout(0, gl.SliceLayout(2, LA)))
     wa = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, LA)))
     a_ptr = A + prt * M * K + (ra * K)[:, None, None] + (ga * 128)[None, :, None] + wa[None, None, :]  # plane 0
-    a_mask = (ra < M)[:, None, None] & (wa < 16)[None, None, :]
-    rr = m0 + gl.arange(0, MR, layout=gl.SliceLayout(1, LRS))
+    rr = gl.minimum(m0 + gl.arange(0, MR, layout=gl.SliceLayout(1, LRS)), M - 1)
     gr = gl.arange(0, GPI, layout=gl.SliceLayout(0, LRS))
     rs_ptr = RS + prt * M * G + rr[:, None] * G + gr[None, :]
-    rs_mask = (rr < M)[:, None] & (gr < GPI)[None, :]
 
     acc = gl.zeros([MR, GPI, BN, 16], gl.float32, layout=L4)
-    if PREFETCH > 0:
-        nxt = _group_loads(W, SC, D, a_ptr, a_mask, rs_ptr, rs_mask, g0, g0 < g1, N, w_off, w_mask, gn, gn_mask,
-                           PREFETCH)
+    if RING > 0:  # each thread reads back only the words it copied: no barrier, only wait_group
+        ring = gl.allocate_shared_memory(gl.int32, [RING, GPI, BN, 16],
+                                         gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0]))
+        for i in gl.static_range(RING - 1):
+            async_copy.async_copy_global_to_shared(ring.index(i), W + gl.minimum(g0 + i * GPI, glast) * N * 16 + w_off)
+            async_copy.commit_group()
+    elif PREFETCH > 0:
+        ws = ()
+        for i in gl.static_range(WDEPTH):
+            ws = ws + _group_loads(W, SC, D, a_ptr, rs_ptr, g0 + i * GPI, glast, N, w_off, gn, 1)
+    if PREFETCH == 2:
+        nxt = _group_loads(W, SC, D, a_ptr, rs_ptr, g0, glast, N, w_off, gn, 3)
+    it = 0
     for g in range(g0, g1, GPI):  # the host keeps gps a multiple of GPI
-        if PREFETCH > 0:  # issue the next step's loads before this step's arithmetic
-            cur = nxt
-            nxt = _group_loads(W, SC, D, a_ptr, a_mask, rs_ptr, rs_mask, g + GPI, g + GPI < g1, N, w_off, w_mask,
-                               gn, gn_mask, PREFETCH)
+        if RING > 0:
+            async_copy.wait_group(RING - 2)
+            w = ring.index(it % RING).load(L3)
+            gw = gl.minimum(g + (RING - 1) * GPI, glast)  # into the buffer read one step ago
+            async_copy.async_copy_global_to_shared(ring.index((it + RING - 1) % RING), W + gw * N * 16 + w_off)
+            async_copy.commit_group()
+        elif PREFETCH > 0:  # issue the weight loads WDEPTH steps ahead, before this step's arithmetic
+            w = ws[0]
+            gw = g + WDEPTH * GPI
+            ws = ws[1:] + _group_loads(W, SC, D, a_ptr, rs_ptr, gw, glast, N, w_off, gn, 1)
         else:
-            cur = _group_loads(W, SC, D, a_ptr, a_mask, rs_ptr, rs_mask, g, True, N, w_off, w_mask, gn, gn_mask, 2)
-        if PREFETCH == 1:  # only the weights were prefetched
-            ops = _group_loads(W, SC, D, a_ptr, a_mask, rs_ptr, rs_mask, g, True, N, w_off, w_mask, gn, gn_mask, 3)
+            w = _group_loads(W, SC, D, a_ptr, rs_ptr, g, glast, N, w_off, gn, 1)[0]
+        if PREFETCH == 2:
+            ops = nxt
+            nxt = _group_loads(W, SC, D, a_ptr, rs_ptr, g + GPI, glast, N, w_off, gn, 3)
         else:
-            ops = cur
-        w, sc, zp, rs = cur[0], ops[1], ops[2], ops[3]
+            ops = _group_loads(W, SC, D, a_ptr, rs_ptr, g, glast, N, w_off, gn, 3)
+        it += 1
+        sc, zp, rs = ops[1], ops[2], ops[3]
         wh = w >> 16
         t = gl.zeros([MR, GPI, BN, 16], gl.float32, layout=L4)
         for j in gl.static_range(8):
@@ -128,6 +148,8 @@ def paro_gemv_gl(A, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps,
         zs4 = gl.expand_dims(gl.expand_dims(sc * zp, 2), 0)
         rs4 = gl.expand_dims(gl.expand_dims(rs * 0.0625, 2), 3)  # a 16th per word: exact
         acc += t * sc4 - zs4 * rs4
+    if RING > 0:  # the masked copies past the range still write: done before the smem is reused
+        async_copy.wait_group(0)
     y = gl.sum(gl.sum(acc, axis=3), axis=1)  # [MR, BN] in LY
 
     rows = m0 + gl.arange(0, MR, layout=gl.SliceLayout(1, LY))
