@@ -41,6 +41,9 @@ def tiles(m: int, groups: int, kinds: str):
     if m <= 4 and "gemv_deep" in kinds:  # gemv_gl with the weights stages - 2 steps ahead in registers
         for (r, warps), stages, split in itertools.product(((1, 4), (2, 4), (4, 4)), (4, 5, 6), (4, 8, 12, 16)):
             yield ops.Tile(mr, 8 * r * warps, warps, stages, split, "gemv_gl", 1)
+    if m <= 16 and "mma_gl" in kinds:  # tensor-core decode: 8 or 16 tokens per program, m16 row tiles per warp
+        for (warps, rt), split in itertools.product(((4, 1), (4, 2), (2, 1), (2, 2), (4, 4), (8, 1)), (1, 2, 4, 8, 16)):
+            yield ops.Tile(8 if m <= 8 else 16, 16 * warps * rt, warps, 1, split, "mma_gl")
     if m == 1 and "gemv," in kinds + ",":
         for bn, warps, stages, gpi, split in itertools.product((16, 32, 64), (2, 4), (1, 2), (1, 2, 4), (1, 2)):
             if groups % gpi == 0 and bn * 16 >= 32 * warps:
@@ -67,7 +70,8 @@ def main() -> None:
     ap.add_argument("--shapes", default="gate_up,down")
     ap.add_argument("--ms", default="1,4")
     ap.add_argument("--kinds", default="gemv_gl",
-                    help="kinds swept (comma list): gemv_gl, gemv_ca, gemv_deep (M <= 4), gemv (M = 1), deq, deqt (M > 1)")
+                    help="kinds swept (comma list): gemv_gl, gemv_ca, gemv_deep (M <= 4), mma_gl (M <= 16), gemv (M = 1), "
+                         "deq, deqt (M > 1)")
     args = ap.parse_args()
     gen = torch.Generator(device="cuda").manual_seed(0)
     path = os.path.join(args.out, "sweep-paro.jsonl")

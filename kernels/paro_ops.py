@@ -6,7 +6,7 @@ load time, never inside CUDA-graph capture). `forward(layer, x)` = prologue laun
 
 | capability | M <= RADIANCE_PQ_DECODE_MAX_M | M above |
 |---|---|---|
-| sm_80+ | split-K: W4A16 M <= GEMV_GL_MAX_M `gemv_gl` (CUDA cores, fp32 activations), else `deqt` (W4A8: `deq`) | W4A16: dequant to fp16 scratch + cuBLAS (RADIANCE_PQ_SCRATCH_GEMM); W4A8 (RADIANCE_PQ_I8=1): `fold` tiles |
+| sm_80+ | split-K: W4A16 M = 1 `gemv_gl` (CUDA cores, fp32 activations), M = 2..MMA_GL_MAX_M `mma_gl` (mma.sync, weights unpacked into fragment registers), else `deqt` (W4A8: `deq`) | W4A16: dequant to fp16 scratch + cuBLAS (RADIANCE_PQ_SCRATCH_GEMM); W4A8 (RADIANCE_PQ_I8=1): `fold` tiles |
 | sm_75 | W4A16 M <= TURING_GEMV_MAX_M: `gemv_gl` (up to 4 rows per program); above: dequant to fp16 scratch + cuBLAS | dequant to fp16 scratch + cuBLAS |
 
 GEMM kinds (triton/paro_gemm.py): `deqt` (W4A16 only: weights dequantized in registers as the
@@ -30,9 +30,10 @@ from radiance.kernels.triton import interpreting, paro_gemm, paro_rotate
 from radiance.knobs import knob, knob_int
 
 MAX_PARTS = 3
-W4A16_ONLY = ("deqt", "gemv", "gemv_gl", "gemv_ca")  # kinds that multiply fp16/fp32 activations only
+W4A16_ONLY = ("deqt", "gemv", "gemv_gl", "gemv_ca", "mma_gl")  # kinds that multiply fp16/fp32 activations only
 GEMV_MAX_M = 1  # W4A16 rows up to this run the Triton CUDA-core gemv (one program per row)
-GEMV_GL_MAX_M = 2  # ... and up to this the Gluon one (all rows in one program)
+GEMV_GL_MAX_M = 2  # ... and up to this the Gluon one (all rows in one program), unless mma_gl takes them:
+MMA_GL_MAX_M = 8  # W4A16 rows 2..this on sm_80+: the Gluon tensor-core kind (one program serves 8 tokens)
 # Below Ampere Triton 3.6 lowers tl.dot to FMA (no tensor cores; offline SASS for sm_75: the deq /
 # deqt / fold tiles spill 300-3700 bytes per thread), so Turing keeps every decode row on the Gluon
 # GEMV (4 rows per program, no spills) up to this M, and above it dequantizes to the scratch for
@@ -49,7 +50,8 @@ class Tile:
     warps: int
     stages: int
     split: int = 1
-    kind: str = "deq"  # "deq" | "deqt" | "fold" | "fold1" | "gemv" (paro_gemm.KERNELS) | "gemv_gl" | "gemv_ca" (paro_gemv_gluon)
+    kind: str = "deq"  # "deq" | "deqt" | "fold" | "fold1" | "gemv" (paro_gemm.KERNELS) | "gemv_gl" | "gemv_ca"
+    # (paro_gemv_gluon) | "mma_gl" (paro_mma_gluon; bm = 8 or 16 tokens per program)
     gpi: int = 1  # K groups per loop iteration (gemv only; divides the layer's group count)
     maxnreg: int = 0  # register cap per thread, 0 = the compiler's choice (Triton kinds; gemv_gl refuses one)
 
@@ -59,14 +61,15 @@ def prologue_mode(kind: str, i8: bool) -> int:
     if i8:
         return paro_rotate.I8G
     return {"deq": paro_rotate.PLAIN, "deqt": paro_rotate.PLAIN, "fold": paro_rotate.F16G, "fold1": paro_rotate.F16G,
-            "gemv": paro_rotate.ROT32P, "gemv_gl": paro_rotate.ROT32P, "gemv_ca": paro_rotate.ROT32P}[kind]
+            "gemv": paro_rotate.ROT32P, "gemv_gl": paro_rotate.ROT32P, "gemv_ca": paro_rotate.ROT32P,
+            "mma_gl": paro_rotate.F16GF}[kind]
 
 
 def smem_bytes(t: Tile, act_bytes: int) -> int:
     """Shared memory the GEMM asks for: pipelined weight + activation tiles per stage, plus the
     dequantized weight operand staged once. The Gluon gemv keeps everything in registers (1 KB
     for its final cross-warp sum); gemv_ca adds its ring of weight tiles."""
-    if t.kind == "gemv_gl":
+    if t.kind in ("gemv_gl", "mma_gl"):
         return 1024
     if t.kind == "gemv_ca":
         return 1024 + t.stages * t.gpi * t.bn * 64
@@ -136,9 +139,9 @@ def gemv_kind() -> str:
 
 
 def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8: bool = False) -> Tile:
-    """Split-K tile for the decode band. W4A16 with M <= GEMV_GL_MAX_M (Gluon) or GEMV_MAX_M
-    (plain Triton) -- on sm_75 up to TURING_GEMV_MAX_M -- runs on CUDA cores; above, and for
-    W4A8, the tensor-core kind."""
+    """Split-K tile for the decode band. W4A16: M = 2..MMA_GL_MAX_M on sm_80+ the Gluon tensor-core
+    kind; else with M <= GEMV_GL_MAX_M (Gluon) or GEMV_MAX_M (plain Triton) -- on sm_75 up to
+    TURING_GEMV_MAX_M -- CUDA cores; above, and for W4A8, the Triton tensor-core kinds."""
     # measured on the H200 (bench/sweep_paro_decode.py, RESULTS "paroquant"). Gluon gemv
     # (run 3 sweep): 2 columns x 4 words per thread, 4 warps, everything of the next group prefetched
     # (stages 3), ~12 programs per SM by split-K (gate_up 42.9 µs with BN 128 split 6; down 29.1,
@@ -149,6 +152,14 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
     # Triton gemv: BN 16, 2 warps, 4 groups per load. M=3..64 W4A16 (run 6 sweep): deqt, BN 64, 4 warps, 3 stages, split-K to
     # ~16 programs per SM (8 at BM 64; gate_up M=64 split 2: 102.9 vs deq's 158.0 µs, M=8 66.1 vs
     # 71.9; down M=64 66.4 vs 90.5). W4A8: deq, the same split rule.
+    # mma_gl (run 10 sweep, M = 2..8, against gemv_gl / deqt): gate_up 46.9-49.4 µs vs 60.7-63.4,
+    # down 30.9-33.5 vs 37.7-40.7, qkv 23.8-26.5 vs 30.9-32.8, out 15.5-17.2 vs 18.2-18.8; 4 warps,
+    # BN 256 on the widest layers, else 64, split-K to ~8 programs per SM (a power of two, <= 8). At
+    # M = 1 gemv_gl stays ahead (gate_up 44.4 vs 45.9), at M = 16 deqt (gate_up 61.4 vs 62.9).
+    if not i8 and 2 <= m <= MMA_GL_MAX_M and cap >= (8, 0) and not interpreting():
+        bn = 256 if n >= 128 * sms else 64
+        want = max(1, min(8, groups // 2, triton.cdiv(8 * sms, triton.cdiv(n, bn))))
+        return Tile(8, bn, 4, 1, 1 << (want.bit_length() - 1), "mma_gl")
     turing_gemv = cap < (8, 0) and not i8 and m <= TURING_GEMV_MAX_M
     if not i8 and (m <= GEMV_GL_MAX_M or turing_gemv) and gemv_kind() == "gemv_gl":
         kind, bm, per_sm, gpi, cap_split = "gemv_gl", m if m <= 2 else 4, 12, 1, 8
@@ -297,8 +308,8 @@ def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor | None, rs: 
     """y [M, N] (+ bias) from prologue outputs (a [P, M, K] in the format `t.kind` reads,
     s/rs [P, M, G])."""
     check_partitions(layer, a)
-    if t.kind == "gemv_ca" and layer.cap < (8, 0):
-        raise ValueError(f"paroquant gemv_ca streams weights with cp.async (sm_80+); this GPU is "
+    if t.kind in ("gemv_ca", "mma_gl") and layer.cap < (8, 0):
+        raise ValueError(f"paroquant {t.kind} needs sm_80+ (cp.async / mma.sync m16n8k16); this GPU is "
                          f"sm_{layer.cap[0]}{layer.cap[1]}: use gemv_gl")
     m = a.shape[1]
     y = torch.empty(m, layer.n, dtype=out_dtype, device=a.device)

@@ -85,6 +85,26 @@ def test_prologue_int8_matches_quant_int8_group(gen):
         assert torch.equal(rs[0], s[0] * q[0].float().view(300, -1, 128).sum(-1)), f"dense={dense}"  # S * sum, one rounding
 
 
+def test_prologue_fragment_order_is_f16g_permuted(gen):
+    """F16GF (mma_gl's input) is F16G with each group's channels at the fragment positions the
+    mode documents: the same bits, scales and sums."""
+    from radiance.kernels.triton import paro_random as rnd
+    from radiance.kernels.triton import paro_rotate as pr
+
+    ts = _layers([128, 128], 5120, gen)
+    tab = pr.build_tables([rnd.rotation_of(t) for t in ts])
+    ch = torch.arange(128)
+    r = ch % 64
+    pos = 32 * (r // 16) + 8 * ((r % 16) // 4) + 4 * (r % 2) + 2 * (ch // 64) + (r % 4) // 2
+    assert sorted(pos.tolist()) == list(range(128))
+    for m, dense in ((1, None), (5, None), (600, True)):
+        x = torch.randn(m, 5120, device="cuda", dtype=torch.bfloat16)
+        a, s, rs = pr.rotate(x, tab, pr.F16G, dense=dense)
+        af, sf, rsf = pr.rotate(x, tab, pr.F16GF, dense=dense)
+        grouped = af.view(2, m, 40, 128)[..., pos.to(af.device)].view(2, m, 5120)
+        assert torch.equal(grouped, a) and torch.equal(sf, s) and torch.equal(rsf, rs), f"M={m} dense={dense}"
+
+
 @pytest.mark.parametrize("i8", [False, True], ids=["W4A16", "W4A8"])
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_gemm_every_shape_and_odd_m(shape, i8, gen):
@@ -135,6 +155,9 @@ def test_every_kernel_kind(shape, i8, gen):
                        (16, 1, 2, 1, 1))]
             tiles += [ops.Tile(mr, bn, w, st, split, "gemv_gl") for mr, bn, w, st in
                       ((2, 32, 2, 2), (4, 64, 4, 2), (2, 64, 4, 3), (4, 32, 4, 3), (1, 64, 4, 5), (2, 64, 4, 4))]
+            tiles += [ops.Tile(bt, bn, w, 1, sp, "mma_gl") for bt, bn, w, sp in
+                      ((8, 64, 4, split), (8, 128, 4, split), (16, 64, 4, split), (8, 64, 2, 1), (16, 128, 4, 1),
+                       (8, 32, 2, split))]
             tiles += [ops.Tile(mr, bn, w, st, sp, "gemv_ca") for mr, bn, w, st, sp in
                       ((1, 64, 4, 4, split), (1, 32, 4, 2, 1), (2, 64, 4, 3, split), (4, 32, 4, 6, split),
                        (1, 128, 4, 8, split))]

@@ -56,6 +56,13 @@ def _main() -> None:
     check("prologue plane order (exact)", float((ap[0] - want.view(3, -1)).abs().max()), 0)
     check("prologue plane order row sums", rnd.rel(rsp[0], a[0].view(3, -1, 128).sum(-1)), 1e-6)
 
+    af, sf, rsf = pr.rotate(x, tab, pr.F16G)  # mma_gl's fragment order: the same values, permuted per group
+    ap, sp, rsp = pr.rotate(x, tab, pr.F16GF)
+    r = c % 64
+    pos = 32 * (r // 16) + 8 * ((r % 16) // 4) + 4 * (r % 2) + 2 * (c // 64) + (r % 4) // 2
+    moved = float((ap[0].view(3, -1, 128)[:, :, pos] - af[0].view(3, -1, 128)).abs().max())
+    check("prologue fragment order (exact)", moved + float((sp - sf).abs().max() + (rsp - rsf).abs().max()), 0)
+
     q, s, rs = pr.rotate(x, tab, pr.I8G)
     qr, sr = reference.quant_int8_group(reference.rotate(x, t.pairs, t.theta, t.channel_scales))
     flips = int((q[0].int() - qr.int()).abs().gt(0).sum())

@@ -45,9 +45,24 @@ def test_turing_decode_rows_stay_on_the_gemv_then_go_to_the_scratch(monkeypatch)
         assert (t.kind, t.bm) == ("gemv_gl", bm), (m, t)
         assert bm < 4 or t.bn == 64  # 2 columns per thread at 4 rows (register budget)
     assert ops.decode_tile(9, 34816, 40, 30, (7, 5)).kind == "deqt"  # only if the scratch path is off
-    assert ops.decode_tile(3, 34816, 40, 30, (8, 6)).kind == "deqt"  # Ampere has the tensor cores
+    assert ops.decode_tile(3, 34816, 40, 30, (8, 6)).kind == "mma_gl"  # Ampere has the tensor cores
+    assert ops.decode_tile(9, 34816, 40, 30, (8, 6)).kind == "deqt"
     monkeypatch.setenv("RADIANCE_PQ_GEMV", "triton")  # the interpreter's kernel: one row per program
     assert ops.decode_tile(5, 34816, 40, 30, (7, 5)).kind == "gemv"
+
+
+@pytest.mark.parametrize("m, n, groups, want", [
+    (2, 34816, 40, ops.Tile(8, 256, 4, 1, 8, "mma_gl")),  # gate_up: 136 column blocks x 8 splits
+    (8, 5120, 136, ops.Tile(8, 64, 4, 1, 8, "mma_gl")),  # down: 80 x 14 wanted, capped at 8
+    (4, 14336, 40, ops.Tile(8, 64, 4, 1, 4, "mma_gl")),  # qkv: 224 x 5 wanted, a power of two below
+    (1, 14336, 40, ops.Tile(1, 64, 4, 3, 8, "gemv_gl")),  # M = 1 stays on the CUDA-core GEMV
+    (16, 5120, 48, ops.Tile(16, 64, 4, 3, 8, "deqt")),  # above MMA_GL_MAX_M the Triton kind
+])
+def test_h200_decode_table(monkeypatch, m, n, groups, want):
+    # the run 10 sweep's choices on the 27B shapes (132 SMs, sm_90)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("RADIANCE_PQ_GEMV", raising=False)
+    assert ops.decode_tile(m, n, groups, 132, (9, 0)) == want
 
 
 def test_scratch_takes_over_above_the_band(gen):
@@ -101,15 +116,16 @@ def test_w4a8_below_ampere_is_refused_not_downgraded(monkeypatch):
 def test_decode_split_fills_the_gpu_and_respects_groups():
     # gate_up: the measured wide-layer Gluon gemv tile, ~12 programs per SM by split-K
     assert ops.decode_tile(1, 34816, 40, 132, (9, 0)) == ops.Tile(1, 128, 4, 3, 6, "gemv_gl", 1)
-    assert ops.decode_tile(2, 34816, 40, 132, (9, 0)) == ops.Tile(2, 128, 4, 2, 6, "gemv_gl", 1)
-    assert ops.decode_tile(3, 34816, 40, 132, (9, 0)).kind == "deqt"
-    assert ops.decode_tile(4, 34816, 40, 132, (9, 0)).split == 4  # 544 deqt tiles -> ~16 programs per SM
+    assert ops.decode_tile(2, 34816, 40, 132, (9, 0)) == ops.Tile(8, 256, 4, 1, 8, "mma_gl")
+    assert ops.decode_tile(2, 34816, 40, 132, (7, 5)) == ops.Tile(2, 128, 4, 2, 6, "gemv_gl", 1)  # no mma.sync
+    assert ops.decode_tile(9, 34816, 40, 132, (9, 0)).kind == "deqt"
+    assert ops.decode_tile(9, 34816, 40, 132, (9, 0)).split == 4  # 544 deqt tiles -> ~16 programs per SM
     assert ops.decode_tile(64, 34816, 40, 132, (9, 0)).split == 2  # BM 64: ~8 per SM (the measured best)
     assert ops.decode_tile(4, 34816, 40, 132, (9, 0), i8=True).kind == "deq"  # deqt is W4A16 only
     down = ops.decode_tile(1, 5120, 136, 132, (9, 0))
     assert down.split > 1 and (down.bm, down.kind) == (1, "gemv_gl")
     assert ops.decode_tile(1, 5120, 136, 132, (9, 0), i8=True).kind == "deq"  # gemv is W4A16 only
-    assert ops.decode_tile(5, 5120, 136, 132, (9, 0)).bm == 16
+    assert ops.decode_tile(9, 5120, 136, 132, (9, 0)).bm == 16
     assert ops.decode_tile(1, 128, 2, 132, (9, 0)).split == 1  # never more splits than groups / 2
     assert ops.decode_tile(40, 5120, 40, 132, (9, 0)).bm == 64
 
@@ -172,7 +188,7 @@ def test_gemv_kind_knob(monkeypatch):
     monkeypatch.setenv("RADIANCE_PQ_GEMV", "triton")  # the paired "before" of a benchmark
     assert ops.gemv_kind() == "gemv"
     assert ops.decode_tile(1, 34816, 40, 132, (9, 0)) == ops.Tile(1, 16, 2, 1, 1, "gemv", 4)
-    assert ops.decode_tile(2, 34816, 40, 132, (9, 0)).kind == "deqt"
+    assert ops.decode_tile(2, 34816, 40, 132, (9, 0)).kind == "mma_gl"  # the knob picks the M = 1 kernel only
     monkeypatch.setenv("RADIANCE_PQ_GEMV", "fast")
     with pytest.raises(ValueError, match="RADIANCE_PQ_GEMV='fast'"):
         ops.gemv_kind()

@@ -402,6 +402,19 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
                            PREFETCH=2 if ring else min(2, num_stages - 1), WDEPTH=max(1, num_stages - 2), RING=ring,
                            HAS_BIAS=bias is not None, num_warps=num_warps)
         return y
+    if kind == "mma_gl":
+        from radiance.kernels.triton.paro_mma_gluon import operand_layouts, paro_mma_gl  # Gluon: only where it runs
+
+        if bm not in (8, 16) or bn % (16 * num_warps) or (bn // (16 * num_warps)) & (bn // (16 * num_warps) - 1):
+            raise ValueError(f"paroquant mma_gl: bm (tokens) must be 8 or 16 and BN={bn} a power-of-two "
+                             f"multiple of 16 x {num_warps} warps")
+        if a.dtype != torch.float16 or s is part or rs is part:
+            raise ValueError("paroquant mma_gl reads the prologue's F16GF activations with their scales and sums")
+        w_l, u_l = operand_layouts(bn, num_warps, bm)
+        paro_mma_gl[grid](a.view(torch.int32), s, rs, wb.view(torch.int32), sc, d, y, part if bias is None else bias,
+                          part, cnt, m, n, k, g, pb1, pb2, gps, split, BN=bn, BT=bm, WARPS=num_warps, W_L=w_l,
+                          U_L=u_l, HAS_BIAS=bias is not None, num_warps=num_warps)
+        return y
     extra = {"GPI": gpi} if kind == "gemv" else {"ASM": not INTERPRET}  # every tensor-core kind unpacks in PTX
     if kind.startswith("fold"):
         extra["ONE_DOT"] = kind == "fold1"

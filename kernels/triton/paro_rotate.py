@@ -20,6 +20,9 @@ Output modes (OUT_MODE):
            gemv's weight words) holds its 16 activations contiguously, pre-multiplied by the power
            of two 16^-(j % 4) the nibble's bit position carries (exact), so the gemv loads each
            plane as one vector and multiplies by nothing. RS = the unscaled group sums.
+- 6 F16GF: F16G in the fragment order of paro_mma_gluon: channel 16q + 4i + p1 + 2e + 64p0 of a
+           group at position 32q + 8i + 4p1 + 2p0 + e, so each MMA lane's 32 activations are
+           contiguous (the kernel's docstring says why).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import triton
 import triton.language as tl
 
 GROUP = 128
-ROT32, F16G, I8G, PLAIN, ROT32P = 0, 1, 2, 3, 4
+ROT32, F16G, I8G, PLAIN, ROT32P, F16GF = 0, 1, 2, 3, 4, 6
 DENSE_MIN_M = 512  # bf16 rows from which the tensor-core path wins on every swept shape (RESULTS run 7)
 HILO = 5  # internal: a group matrix as bf16 high and low parts (rotate's dense path)
 
@@ -95,7 +98,11 @@ def build_tables(rotations: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 @triton.jit
 def _store_group(x, A, S, RS, rows, cols, rmask, g, p, M, K, G, BM: tl.constexpr, OUT_MODE: tl.constexpr):
     # the rotated group x [BM, 128] (fp32) in the format OUT_MODE names (module docstring)
-    kk = g * 128 + cols
+    if OUT_MODE == 6:  # F16GF: the fragment order (module docstring)
+        r = cols % 64
+        kk = g * 128 + 32 * (r // 16) + 8 * ((r % 16) // 4) + 4 * (r % 2) + 2 * (cols // 64) + (r % 4) // 2
+    else:
+        kk = g * 128 + cols
     out = A + p * M * K + rows[:, None] * K + kk[None, :]
     if OUT_MODE == 5:  # HILO: x = hi + lo to 16 significant bits, lo stored P*M*K further on
         hi = x.to(tl.bfloat16)
@@ -115,7 +122,7 @@ def _store_group(x, A, S, RS, rows, cols, rmask, g, p, M, K, G, BM: tl.constexpr
         tl.store(out, x.to(tl.float16), mask=rmask[:, None])
     else:
         amax = tl.max(tl.abs(x), axis=1)
-        if OUT_MODE == 1:
+        if OUT_MODE == 1 or OUT_MODE == 6:
             # power of two 2^(e-14) with e = amax's exponent field, floored at the smallest normal
             e = (amax.to(tl.int32, bitcast=True) >> 23) & 0xFF
             se = tl.maximum(e - 14, 1)
@@ -181,7 +188,8 @@ def _rotate_dense_kernel(X, T, A, S, RS, M, K, G, stride_xm, BM: tl.constexpr, O
     _store_group(acc, A, S, RS, rows, cols, rmask, g, p, M, K, G, BM, OUT_MODE)
 
 
-_OUT_DTYPE = {ROT32: torch.float32, F16G: torch.float16, I8G: torch.int8, PLAIN: torch.float16, ROT32P: torch.float32}
+_OUT_DTYPE = {ROT32: torch.float32, F16G: torch.float16, I8G: torch.int8, PLAIN: torch.float16, ROT32P: torch.float32,
+              F16GF: torch.float16}
 
 
 def prologue_tile(m: int) -> tuple[int, int]:

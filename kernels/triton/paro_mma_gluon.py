@@ -1,0 +1,152 @@
+"""The paroquant decode GEMM on the tensor cores in Gluon (kind `mma_gl`, M <= 16, sm_80+): weight
+words unpacked straight into the registers of mma.sync m16n8k16's A operand.
+
+Why: the CUDA-core gemv issues ~4.4 instructions per weight nibble (unpack, exact subtract, FMA),
+close to the issue budget the weight stream leaves (RESULTS run 10). Here the MMA does the
+multiply-adds; a nibble costs ~1.1 instructions of unpacking.
+
+The layout trick: K is a reduction, so which physical channel sits at which logical k of the MMA
+is free as long as both operands agree. Lane q (= lane % 4) of the A fragment holds logical
+k = 16c + 8h + 2q + e of its rows; it is given the 32 channels of its own four 16-byte weight words
+(word 4q + i of a column's 64-byte group record; byte t holds channel t low, t + 64 high):
+c = 2i + p1, h = p0, e = which half of the pair, where pair (p1, p0) of a word is the nibbles of
+bytes (p1, p1 + 2), low (p0 = 0) or high. So a thread loads 4 consecutive words per row (one
+128-bit load) and makes each f16x2 register with a mask and one exact f16x2 op, no shuffles
+between lanes. The prologue (paro_rotate mode F16GF) writes each group's activations in the
+matching order, so the B fragment is 4 consecutive 16-byte loads per lane too. Join / permute /
+reshape only relabel registers; `convert_layout(..., assert_trivial=True)` proves it at compile time.
+
+Arithmetic: the A operand is c - 8 (exact in fp16), the B operand the F16G codes q (activations
+scaled per (row, group) by a power of two S), so the MMA's fp32 group dot is sum (c - 8) q and
+acc += dot * (sc * S) - (sc * d) * RS with RS = S * sum q from the prologue (paro_gemm's fold).
+Split-K as paro_gemm._finish: partials, an atomic ticket, the last program sums in split order.
+"""
+from triton.experimental import gluon  # noqa: I001
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+
+
+@gluon.jit
+def _pairs_c8(x):
+    # f16x2 (c - 8) of the nibble pairs (p1, p0) = (0,0), (0,1), (1,0), (1,1) of word x: bytes
+    # (p1, p1 + 2), low / high nibble. Low: (x & 0x000F000F) | 0x6400.. = 1024 + c, minus 1032.
+    # High: (x & 0x00F000F0) | 0x6400.. = 1024 + 16c, times 1/16 minus 72 (exact, one rounding).
+    return gl.inline_asm_elementwise(
+        "{ .reg .b32 t, u, k0, k1, k2;\n"
+        " mov.b32 k0, 0x64086408; mov.b32 k1, 0x2C002C00; mov.b32 k2, 0xD480D480; shr.b32 u, $4, 8;\n"
+        " lop3.b32 t, $4, 0x000F000F, 0x64006400, 0xEA; sub.rn.f16x2 $0, t, k0;\n"
+        " lop3.b32 t, $4, 0x00F000F0, 0x64006400, 0xEA; fma.rn.f16x2 $1, t, k1, k2;\n"
+        " lop3.b32 t, u, 0x000F000F, 0x64006400, 0xEA; sub.rn.f16x2 $2, t, k0;\n"
+        " lop3.b32 t, u, 0x00F000F0, 0x64006400, 0xEA; fma.rn.f16x2 $3, t, k1, k2; }",
+        "=r,=r,=r,=r,r", [x], dtype=(gl.int32, gl.int32, gl.int32, gl.int32), is_pure=True, pack=1)
+
+
+@gluon.jit
+def _halves(x):
+    # a packed f16x2 word as its (low, high) halves: register renaming, no instruction
+    return gl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [x], dtype=(gl.float16, gl.float16),
+                                     is_pure=True, pack=1)
+
+
+@gluon.jit
+def _a_operand(w, BN: gl.constexpr, A_L: gl.constexpr):
+    # w [BN, 16] weight words of one group -> [BN, 128] fp16 c - 8 at logical k = 32i + 16p1 + 8p0 + 2q + e
+    t00, t01, t10, t11 = _pairs_c8(w)
+    j = gl.join(gl.join(t00, t01), gl.join(t10, t11))  # [BN, 16 (4q + i), 2 (p0), 2 (p1)]
+    j = gl.permute(gl.reshape(j, [BN, 4, 4, 2, 2]), [0, 2, 4, 3, 1])  # [BN, i, p1, p0, q]
+    lo, hi = _halves(gl.reshape(j, [BN, 64]))
+    return gl.convert_layout(gl.reshape(gl.join(lo, hi), [BN, 128]), A_L, assert_trivial=True)
+
+
+@gluon.jit
+def _b_operand(u, BT: gl.constexpr, B_L: gl.constexpr):
+    # u [64, BT] activation words of one group (word 16q + 4i + 2p1 + p0, the prologue's F16GF
+    # order) -> [128, BT] fp16 at the same logical k as _a_operand
+    lo, hi = _halves(u)
+    j = gl.reshape(gl.join(lo, hi), [4, 4, 2, 2, BT, 2])  # [q, i, p1, p0, BT, e]
+    j = gl.permute(j, [1, 2, 3, 0, 5, 4])  # [i, p1, p0, q, e, BT]
+    return gl.convert_layout(gl.reshape(j, [128, BT]), B_L, assert_trivial=True)
+
+
+def operand_layouts(bn: int, warps: int, bt: int):
+    """The load layouts of the weight words [bn, 16] (lane (g, q) holds words 4q..4q+3 of rows g
+    and g + 8 of each m16 tile of its warp; tiles 16 * warps rows apart) and of the activation words
+    [64, bt] (lane (n, q) holds words 16q..16q+15 of token n; every warp the same): the registers
+    the fragments are made of."""
+    wb = [[16 << i, 0] for i in range(warps.bit_length() - 1)]
+    tiles = [[16 * warps << i, 0] for i in range((bn // (16 * warps)).bit_length() - 1)]
+    w_l = gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0]] + tiles,
+                                     lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
+                                     warp_bases=wb, block_bases=[], shape=[bn, 16])
+    u_l = gl.DistributedLinearLayout(reg_bases=[[1, 0], [2, 0], [4, 0], [8, 0]] + ([[0, 8]] if bt == 16 else []),
+                                     lane_bases=[[16, 0], [32, 0], [0, 1], [0, 2], [0, 4]],
+                                     warp_bases=[[0, 0]] * len(wb), block_bases=[], shape=[64, bt])
+    return w_l, u_l
+
+
+@gluon.jit
+def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
+                BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, W_L: gl.constexpr, U_L: gl.constexpr,
+                HAS_BIAS: gl.constexpr):
+    # A: the F16GF activations as int32 words [P, M, K / 2]; W: the weight words [G, N, 16];
+    # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
+    A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    B_L: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+    LN: gl.constexpr = gl.SliceLayout(1, MMA)  # [BN] per weight row
+    LT: gl.constexpr = gl.SliceLayout(0, MMA)  # [BT] per token
+
+    t0 = gl.program_id(0) * BT
+    n0 = gl.program_id(1) * BN
+    pid_k = gl.program_id(2)
+    prt = (n0 >= pb1).to(gl.int32) + (n0 >= pb2).to(gl.int32)  # merged linears: rotated copy per n-block
+    g0 = pid_k * gps
+    g1 = gl.minimum(g0 + gps, G)
+    # indices clamped into the tensors instead of masked (rows past N / tokens past M are never stored)
+    rw = gl.minimum(n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, W_L)), N - 1)
+    w_off = rw[:, None] * 16 + gl.arange(0, 16, layout=gl.SliceLayout(0, W_L))[None, :]
+    tu = gl.minimum(t0 + gl.arange(0, BT, layout=gl.SliceLayout(0, U_L)), M - 1)
+    u_off = (prt * M + tu)[None, :] * (K // 2) + gl.arange(0, 64, layout=gl.SliceLayout(1, U_L))[:, None]
+    rn = gl.minimum(n0 + gl.arange(0, BN, layout=LN), N - 1)
+    tt = gl.minimum(t0 + gl.arange(0, BT, layout=LT), M - 1)
+    st_off = (prt * M + tt) * G
+
+    acc = gl.zeros([BN, BT], gl.float32, layout=MMA)
+    w = gl.load(W + g0 * N * 16 + w_off)  # the next group's weights and activations load ahead
+    u = gl.load(A + g0 * 64 + u_off)
+    for g in range(g0, g1):
+        gn = gl.minimum(g + 1, g1 - 1)
+        w_nxt = gl.load(W + gn * N * 16 + w_off)
+        u_nxt = gl.load(A + gn * 64 + u_off)
+        dot = mma_v2(_a_operand(w, BN, A_L), _b_operand(u, BT, B_L), gl.zeros([BN, BT], gl.float32, layout=MMA))
+        sc = gl.load(SC + g * N + rn).to(gl.float32)
+        nzs = sc * -gl.load(D + g * N + rn).to(gl.float32)
+        s = gl.load(S + st_off + g)
+        sr = gl.load(RS + st_off + g)
+        acc = gl.fma(dot, sc[:, None] * s[None, :], gl.fma(nzs[:, None], sr[None, :], acc))
+        w = w_nxt
+        u = u_nxt
+
+    cols = n0 + gl.arange(0, BN, layout=LN)
+    toks = t0 + gl.arange(0, BT, layout=LT)
+    ymask = (cols < N)[:, None] & (toks < M)[None, :]
+    y_off = toks[None, :] * N + cols[:, None]
+    if HAS_BIAS:
+        bias = gl.load(BIAS + rn).to(gl.float32)[:, None]
+    if SPLIT == 1:
+        if HAS_BIAS:
+            acc += bias
+        gl.store(Y + y_off, acc.to(Y.dtype.element_ty), mask=ymask)
+    else:
+        gl.store(PART + pid_k * M * N + y_off, acc, mask=ymask)
+        tile = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)
+        gl.thread_barrier()  # every warp's partial written before the ticket releases them
+        ticket = gl.atomic_add(CNT + tile, 1, sem="acq_rel")
+        if ticket == SPLIT - 1:
+            tot = gl.zeros([BN, BT], gl.float32, layout=MMA)
+            for z in range(SPLIT):
+                tot += gl.load(PART + z * M * N + y_off, mask=ymask, other=0.0, cache_modifier=".cg")
+            if HAS_BIAS:
+                tot += bias
+            gl.store(Y + y_off, tot.to(Y.dtype.element_ty), mask=ymask)
+            gl.atomic_xchg(CNT + tile, 0)
