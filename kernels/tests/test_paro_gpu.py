@@ -251,7 +251,7 @@ def test_dispatch_table_row(gen):
                                  torch.cat([t.scales for t in parts], 1), [rnd.rotation_of(t) for t in parts],
                                  [1024, 256, 256])
     bias = torch.randn(1536, device="cuda", dtype=torch.bfloat16)
-    for m in (1, 100):
+    for m in (1, 4, 100):  # gemv_gl, mma_gl, the scratch path: each adds the bias before its one rounding
         x = torch.randn(m, 2048, device="cuda", dtype=torch.bfloat16)
         y = ops.linear_forward(prep, x, bias)
         ref = rnd.reference_merged(x, parts, None) + bias.float()
