@@ -158,6 +158,15 @@ def paro_gemv_gl(A, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps,
     y_off = rows[:, None] * N + cols[None, :]
     if HAS_BIAS:
         bias = gl.load(BIAS + cols, mask=cols < N, other=0.0).to(gl.float32)[None, :]
+    else:
+        bias = 0.0
+    finish(y, bias, Y, PART, CNT, y_off, ymask, M, N, pid_k, SPLIT, HAS_BIAS)
+
+
+@gluon.jit
+def finish(y, bias, Y, PART, CNT, y_off, ymask, M, N, pid_k, SPLIT, HAS_BIAS: gl.constexpr):
+    # y (+ bias) into Y; with split-K (paro_gemm._finish's scheme) the partial into PART, an
+    # atomic ticket per output tile, and the last program sums the partials in split order
     if SPLIT == 1:
         if HAS_BIAS:
             y += bias
@@ -170,7 +179,7 @@ def paro_gemv_gl(A, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps,
         gl.thread_barrier()
         ticket = gl.atomic_add(CNT + tile, 1, sem="acq_rel")
         if ticket == SPLIT - 1:
-            tot = gl.zeros([MR, BN], gl.float32, layout=LY)
+            tot = gl.zeros_like(y)
             for z in range(SPLIT):
                 tot += gl.load(PART + z * M * N + y_off, mask=ymask, other=0.0, cache_modifier=".cg")
             if HAS_BIAS:

@@ -19,11 +19,13 @@ reshape only relabel registers; `convert_layout(..., assert_trivial=True)` prove
 Arithmetic: the A operand is c - 8 (exact in fp16), the B operand the F16G codes q (activations
 scaled per (row, group) by a power of two S), so the MMA's fp32 group dot is sum (c - 8) q and
 acc += dot * (sc * S) - (sc * d) * RS with RS = S * sum q from the prologue (paro_gemm's fold).
-Split-K as paro_gemm._finish: partials, an atomic ticket, the last program sums in split order.
+Split-K: paro_gemv_gluon.finish (partials, an atomic ticket, the last program sums in split order).
 """
 from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+
+from radiance.kernels.triton.paro_gemv_gluon import finish
 
 
 @gluon.jit
@@ -133,20 +135,6 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
     y_off = toks[None, :] * N + cols[:, None]
     if HAS_BIAS:
         bias = gl.load(BIAS + rn).to(gl.float32)[:, None]
-    if SPLIT == 1:
-        if HAS_BIAS:
-            acc += bias
-        gl.store(Y + y_off, acc.to(Y.dtype.element_ty), mask=ymask)
     else:
-        gl.store(PART + pid_k * M * N + y_off, acc, mask=ymask)
-        tile = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)
-        gl.thread_barrier()  # every warp's partial written before the ticket releases them
-        ticket = gl.atomic_add(CNT + tile, 1, sem="acq_rel")
-        if ticket == SPLIT - 1:
-            tot = gl.zeros([BN, BT], gl.float32, layout=MMA)
-            for z in range(SPLIT):
-                tot += gl.load(PART + z * M * N + y_off, mask=ymask, other=0.0, cache_modifier=".cg")
-            if HAS_BIAS:
-                tot += bias
-            gl.store(Y + y_off, tot.to(Y.dtype.element_ty), mask=ymask)
-            gl.atomic_xchg(CNT + tile, 0)
+        bias = 0.0
+    finish(acc, bias, Y, PART, CNT, y_off, ymask, M, N, pid_k, SPLIT, HAS_BIAS)
