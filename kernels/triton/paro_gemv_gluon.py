@@ -81,12 +81,7 @@ def paro_gemv_gl(A, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps,
     LRS: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, L4))  # [MR, GPI]: group sums
     LY: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(3, L4))  # [MR, BN]: the output
     BN: gl.constexpr = R * 8 * WARPS
-    m0 = gl.program_id(0) * MR
-    n0 = gl.program_id(1) * BN
-    pid_k = gl.program_id(2)
-    prt = (n0 >= pb1).to(gl.int32) + (n0 >= pb2).to(gl.int32)  # merged linears: rotated copy per n-block
-    g0 = pid_k * gps
-    g1 = gl.minimum(g0 + gps, G)
+    m0, n0, pid_k, prt, g0, g1 = program_tile(pb1, pb2, gps, G, MR, BN)
 
     glast = g1 - GPI  # the host keeps gps a multiple of GPI
     gi = gl.arange(0, GPI, layout=gl.SliceLayout(1, LGN))
@@ -161,6 +156,16 @@ def paro_gemv_gl(A, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps,
     else:
         bias = 0.0
     finish(y, bias, Y, PART, CNT, y_off, ymask, M, N, pid_k, SPLIT, HAS_BIAS)
+
+
+@gluon.jit
+def program_tile(pb1, pb2, gps, G, BM: gl.constexpr, BN: gl.constexpr):
+    # (first row, first column, split index, rotated copy, group range) of this program
+    n0 = gl.program_id(1) * BN
+    pid_k = gl.program_id(2)
+    prt = (n0 >= pb1).to(gl.int32) + (n0 >= pb2).to(gl.int32)  # merged linears: rotated copy per n-block
+    g0 = pid_k * gps
+    return gl.program_id(0) * BM, n0, pid_k, prt, g0, gl.minimum(g0 + gps, G)
 
 
 @gluon.jit

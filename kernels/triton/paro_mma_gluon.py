@@ -25,7 +25,7 @@ from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
-from radiance.kernels.triton.paro_gemv_gluon import finish
+from radiance.kernels.triton.paro_gemv_gluon import finish, program_tile
 
 
 @gluon.jit
@@ -98,12 +98,7 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
     LN: gl.constexpr = gl.SliceLayout(1, MMA)  # [BN] per weight row
     LT: gl.constexpr = gl.SliceLayout(0, MMA)  # [BT] per token
 
-    t0 = gl.program_id(0) * BT
-    n0 = gl.program_id(1) * BN
-    pid_k = gl.program_id(2)
-    prt = (n0 >= pb1).to(gl.int32) + (n0 >= pb2).to(gl.int32)  # merged linears: rotated copy per n-block
-    g0 = pid_k * gps
-    g1 = gl.minimum(g0 + gps, G)
+    t0, n0, pid_k, prt, g0, g1 = program_tile(pb1, pb2, gps, G, BT, BN)
     # indices clamped into the tensors instead of masked (rows past N / tokens past M are never stored)
     rw = gl.minimum(n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, W_L)), N - 1)
     w_off = rw[:, None] * 16 + gl.arange(0, 16, layout=gl.SliceLayout(0, W_L))[None, :]
