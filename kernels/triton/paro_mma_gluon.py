@@ -21,6 +21,8 @@ scaled per (row, group) by a power of two S), so the MMA's fp32 group dot is sum
 acc += dot * (sc * S) - (sc * d) * RS with RS = S * sum q from the prologue (paro_gemm's fold).
 Split-K: paro_gemv_gluon.finish (partials, an atomic ticket, the last program sums in split order).
 """
+import functools
+
 from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
@@ -70,6 +72,7 @@ def _b_operand(u, BT: gl.constexpr, B_L: gl.constexpr):
     return gl.convert_layout(gl.reshape(j, [128, BT]), B_L, assert_trivial=True)
 
 
+@functools.cache  # built once per tile: the launcher hashes them on every call
 def operand_layouts(bn: int, warps: int, bt: int):
     """The load layouts of the weight words [bn, 16] (lane (g, q) holds words 4q..4q+3 of rows g
     and g + 8 of each m16 tile of its warp; tiles 16 * warps rows apart) and of the activation words
