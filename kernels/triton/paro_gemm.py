@@ -362,8 +362,8 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
     programs per SM; ptxas rematerializes instead)."""
     _, m, k = a.shape
     g, n, _ = wb.shape
-    gluon = kind in ("gemv_gl", "gemv_ca")
-    if g % gpi or (gpi > 1 and kind != "gemv" and not gluon):
+    gemv_gluon = kind in ("gemv_gl", "gemv_ca")  # paro_gemv_gluon's kinds (mma_gl: paro_mma_gluon)
+    if g % gpi or (gpi > 1 and kind != "gemv" and not gemv_gluon):
         raise ValueError(f"paroquant {kind}: {gpi} groups per iteration must divide the {g} groups (gemv only)")
     gps = triton.cdiv(triton.cdiv(g, split), gpi) * gpi
     split = triton.cdiv(g, gps)
@@ -380,11 +380,11 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
         raise ValueError("paroquant deqt is W4A16 only: int8 activations go to fold or deq")
     if kind == "gemv" and bm != 1:
         raise ValueError("paroquant gemv takes one row per program (bm=1)")
-    if gluon and bm not in (1, 2, 4):
+    if gemv_gluon and bm not in (1, 2, 4):
         raise ValueError(f"paroquant {kind} takes 1, 2 or 4 rows per program, not bm={bm}")
-    if kind == "gemv" or gluon:
+    if kind in ("gemv", "mma_gl") or gemv_gluon:
         wb = wb.view(torch.int32)  # the same bytes as words [G, N, 16]
-    if gluon:
+    if gemv_gluon:
         from radiance.kernels.triton.paro_gemv_gluon import paro_gemv_gl  # Gluon: imported only where it runs
 
         if bn % (8 * num_warps):
@@ -405,13 +405,14 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
     if kind == "mma_gl":
         from radiance.kernels.triton.paro_mma_gluon import operand_layouts, paro_mma_gl  # Gluon: only where it runs
 
-        if bm not in (8, 16) or bn % (16 * num_warps) or (bn // (16 * num_warps)) & (bn // (16 * num_warps) - 1):
+        tiles = bn // (16 * num_warps)  # m16 row tiles per warp
+        if bm not in (8, 16) or bn % (16 * num_warps) or tiles & (tiles - 1):
             raise ValueError(f"paroquant mma_gl: bm (tokens) must be 8 or 16 and BN={bn} a power-of-two "
                              f"multiple of 16 x {num_warps} warps")
         if a.dtype != torch.float16 or s is part or rs is part:
             raise ValueError("paroquant mma_gl reads the prologue's F16GF activations with their scales and sums")
         w_l, u_l = operand_layouts(bn, num_warps, bm)
-        paro_mma_gl[grid](a.view(torch.int32), s, rs, wb.view(torch.int32), sc, d, y, part if bias is None else bias,
+        paro_mma_gl[grid](a.view(torch.int32), s, rs, wb, sc, d, y, part if bias is None else bias,
                           part, cnt, m, n, k, g, pb1, pb2, gps, split, BN=bn, BT=bm, WARPS=num_warps, W_L=w_l,
                           U_L=u_l, HAS_BIAS=bias is not None, num_warps=num_warps)
         return y
