@@ -62,6 +62,8 @@ def main():
     ap.add_argument("--no-gemlite", action="store_true")
     ap.add_argument("--no-legacy", action="store_true", help="skip the (slow) legacy kernel")
     ap.add_argument("--sweep", action="store_true", help="time every tile candidate, not only the table's")
+    ap.add_argument("--paths", default="", help="time only these paths (comma list; default all)")
+    ap.add_argument("--sweep-only", default="", help="sweep the tiles of these paths only (comma list)")
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting new shapes after this")
     args = ap.parse_args()
     t_start = time.time()
@@ -79,6 +81,7 @@ def main():
     bw = max(copy_bandwidth(), copy_bandwidth())
     print(f"# {date} {gpu} torch {torch.__version__} copy {bw / 1e9:.0f} GB/s", flush=True)
     ms = [int(v) for v in args.ms.split(",")]
+    swept = set(args.sweep_only.split(",")) if args.sweep_only else {"dp4a", "planes", "gluon"} if args.sweep else set()
     gl_ok = not args.no_gemlite
     if gl_ok:
         try:
@@ -132,7 +135,9 @@ def main():
                 emit({"path": f"gemlite_{kind}", "N": n, "K": k, "M": m, "us": round(us, 2), "roofline_us": round(roof, 2),
                       "cublas_bf16_us": round(cub, 2), "gemlite_us": round(us, 2)})
             results = {}
-            for path, tile in variants(m, n, k, args.sweep, not args.no_legacy):
+            for path, tile in variants(m, n, k, swept, not args.no_legacy):
+                if args.paths and path not in args.paths.split(","):
+                    continue
                 try:
                     us = graph_time([lambda l=l, x=xs[i % 4]: pq2_ops.forward(l, x, path=path, tile=tile)
                                      for i, (l, _) in enumerate(layers)])
@@ -143,12 +148,17 @@ def main():
                 emit({"path": path, "tile": tile and tile.__dict__, "N": n, "K": k, "M": m, "us": round(us, 2),
                       "roofline_us": round(roof, 2), "cublas_bf16_us": round(cub, 2),
                       "gemlite_us": gl_best and round(gl_best, 2)})
+            if m <= 16:  # the activation quantizer alone: the fixed share of every small-band path
+                results[("quant", None)] = graph_time([lambda l=l, x=xs[i % 4]: pq2_ops.quantize_activations(x, True, l)
+                                                       for i, (l, _) in enumerate(layers)])
+                emit({"path": "quant", "tile": None, "N": n, "K": k, "M": m, "us": round(results[("quant", None)], 2),
+                      "roofline_us": round(roof, 2), "cublas_bf16_us": round(cub, 2), "gemlite_us": None})
             best = {}
             for (path, tile), us in results.items():
                 if path not in best or us < best[path][1]:
                     best[path] = (tile, us)
             line = " ".join(f"{p}={u:.1f}" for p, (_, u) in sorted(best.items()))
-            tb = min((v for p, v in best.items() if p != "legacy"), key=lambda v: v[1], default=(None, float("nan")))
+            tb = min((v for p, v in best.items() if p not in ("legacy", "quant")), key=lambda v: v[1], default=(None, float("nan")))
             print(f"{name:8s} M={m:5d} roof={roof:7.1f} cublas={cub:8.1f} gemlite={gl_best or float('nan'):8.1f} {line}"
                   f" | best/roof={tb[1] / roof:.2f} cublas/best={cub / tb[1]:.2f} tile={tb[0]}", flush=True)
             del xs
@@ -158,20 +168,22 @@ def main():
     print(f"# total {time.time() - t_start:.0f} s", flush=True)
 
 
-def variants(m, n, k, sweep, legacy=True):
+def variants(m, n, k, swept: set, legacy=True):
+    """(path, tile) pairs to time at M rows: every candidate tile of the paths in `swept`, the
+    table's tile (None) of the others."""
     if legacy:
         yield "legacy", None
     b = band(m)
     if b == "m1":
-        for t in (CANDIDATES["dp4a"] if sweep else [None]):
+        for t in (CANDIDATES["dp4a"] if "dp4a" in swept else [None]):
             yield "dp4a", t
     cands = CANDIDATES["m1" if m == 1 else "small" if m <= 16 else "mid" if m <= 64 else "prefill"]
-    for t in (cands if sweep else [None]):
+    for t in (cands if "planes" in swept else [None]):
         yield "planes", t
     if b == "small":
-        for t in (CANDIDATES["gluon"] if sweep else [None]):
+        for t in ([c for c in CANDIDATES["gluon"] if c.bt == 8 or m > 8] if "gluon" in swept else [None]):
             yield "gluon", t
-        for t in (CANDIDATES["dp4a_rows"] if sweep and m <= 8 else [None] if m <= 8 else []):
+        for t in (CANDIDATES["dp4a_rows"] if "dp4a" in swept and m <= 8 else [None] if m <= 8 else []):
             yield "dp4a", t
 
 
@@ -244,7 +256,7 @@ def report(path: str) -> str:
     shapes = sorted({(r["N"], r["K"]) for r in cur if r["method"] == "pq2"}, key=lambda s: -s[0] * s[1])
     for n, k in shapes:
         for m in sorted({r["M"] for r in cur if (r["N"], r["K"]) == (n, k)}):
-            fast = [best[(n, k, m, p, latest)] for p in ("dp4a", "planes") if (n, k, m, p, latest) in best]
+            fast = [best[(n, k, m, p, latest)] for p in ("dp4a", "planes", "gluon") if (n, k, m, p, latest) in best]
             if not fast:
                 continue
             t = min(fast, key=lambda r: r["us"])

@@ -80,7 +80,15 @@ def prepare(qweight: torch.Tensor, scales: torch.Tensor) -> Pq2Layer:
         raise ValueError(f"pq2 scales must be [N, K/128] = [{n}, {k // GROUP}], got {tuple(scales.shape)}")
     if scales.device != qweight.device:
         raise ValueError(f"pq2 qweight on {qweight.device} but scales on {scales.device}")
+    if qweight.device.type == "cuda" and qweight.device not in _TICKETS:
+        _TICKETS[qweight.device] = torch.zeros(TICKETS, dtype=torch.int32, device=qweight.device)
     return Pq2Layer(qweight.contiguous(), scales.to(torch.float16).contiguous(), n, k)
+
+
+# per device: the gluon path's split-K tickets (self-resetting: the last program of a tile zeroes
+# its counter), allocated by prepare() because allocating during CUDA-graph capture is not allowed
+_TICKETS: dict[torch.device, torch.Tensor] = {}
+TICKETS = 1 << 16  # output tiles: lm_head (248320 rows) at 64 rows x 8 tokens is 7760
 
 
 def _sms(device: torch.device) -> int:
@@ -138,7 +146,7 @@ def forward(layer: Pq2Layer, x: torch.Tensor, kernel_set: str | None = None,
         return y.reshape(*lead, layer.n)
     kernel_set = kernel_set or os.environ.get("RADIANCE_PQ2_KERNELS", "tuned")
     family = _family(x.device)
-    chosen, split_k = table.select_path(kernel_set, m, os.environ, _capability(x.device), (family, layer.n, layer.k))
+    chosen, split_k = table.select_path(kernel_set, m, os.environ, _capability(x.device))
     path = path or chosen
     if tile is None:
         tile = table.tile_for(path, layer.n, layer.k, m, _sms(x.device), split_k, family)
@@ -186,18 +194,30 @@ def _run_planes(layer, q, a, t, y, m, tile: table.Tile) -> None:
 def _run_gluon(layer, q, a, t, y, m, tile: table.Tile) -> None:
     if y.device.type != "cuda" or torch.cuda.get_device_capability(y.device) < (8, 0):
         raise table.Pq2ConfigError("the gluon pq2 path needs mma.sync int8 (sm_80+); set RADIANCE_PQ2_SMALL=planes or legacy")
-    if tile.bt not in (8, 16) or tile.bn % (16 * tile.warps) or tile.maxnreg:
-        raise table.Pq2ConfigError(f"gluon tile {tile}: bt must be 8 or 16, bn a multiple of 16 x warps, no maxnreg")
-    from radiance.kernels.triton.pq2_gluon import pq2_gluon_small  # Gluon: imported only where it runs
+    rt = tile.bn // (16 * tile.warps)  # m16 row tiles per warp
+    ring = tile.stages if tile.stages > 1 else 0
+    if tile.bt not in (8, 16) or tile.bn % (16 * tile.warps) or rt & (rt - 1) or tile.maxnreg or not 1 <= tile.bc <= 4 \
+            or (ring and tile.bc != 1):
+        raise table.Pq2ConfigError(f"gluon tile {tile}: bt must be 8 or 16, bn a power-of-two multiple of 16 x warps, "
+                                   "bc (groups per step) 1..4 (1 with a cp.async ring, stages > 1), no maxnreg")
+    from radiance.kernels.triton.pq2_gluon import operand_layouts, pq2_mma_gl  # Gluon: imported only where it runs
 
-    p = y if tile.splits == 1 else torch.empty((tile.splits, m, layer.n), dtype=torch.float32, device=y.device)
+    groups = layer.k // GROUP
+    gps = -(-groups // tile.splits)
+    splits = -(-groups // gps)
+    grid = (triton.cdiv(m, tile.bt), triton.cdiv(layer.n, tile.bn), splits)
+    tickets = _TICKETS.get(y.device)
+    if tickets is None or tickets.numel() < grid[0] * grid[1]:
+        raise RuntimeError(f"pq2 gluon: split-K tickets for {grid[0] * grid[1]} tiles not reserved on {y.device} "
+                           "(pq2_ops.prepare reserves them; prepare the layer on this device first)")
+    p = y if splits == 1 else torch.empty((splits, m, layer.n), dtype=torch.float32, device=y.device)
+    w_l, u_l = operand_layouts(tile.bn, tile.warps, tile.bt)
     launch = layer.plan(("gluon", tile, y.dtype), lambda: _Launch(
-        pq2_gluon_small, {"BM": tile.bn, "BT": tile.bt, "SPLITS": tile.splits, "GU": tile.bc, "WARPS": tile.warps,
-                          "EVEN_N": layer.n % tile.bn == 0}, tile.warps, 1))
-    grid = (triton.cdiv(layer.n, tile.bn), triton.cdiv(m, tile.bt), tile.splits)
-    launch(grid, q, a, t, layer.qweight, layer.scales, y, p, m, layer.n, layer.k, layer.k // 4)
-    if tile.splits > 1:
-        _reduce(layer, p, y, tile.splits)
+        pq2_mma_gl, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "GU": tile.bc, "RING": ring, "W_L": w_l,
+                     "U_L": u_l},
+        tile.warps, 1))
+    launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, p, tickets,
+           m, layer.n, layer.k, layer.k // 16, groups, gps, splits)
 
 
 def _run_dp4a(layer, q, a, t, y, m, tile: table.Tile) -> None:

@@ -7,8 +7,8 @@ Kernel sets (RADIANCE_PQ2_KERNELS):
   cuBLAS for unquantized skinny projections;
 - exact: only paths bit-identical to legacy: the masked-plane tensor-core kernel without split-K
   for M >= 2, legacy at M = 1 (the DP4A GEMV sums its groups in another order);
-- tuned: the fastest: DP4A GEMV at M = 1, masked-plane kernel with split-K where the grid is
-  small, the skinny split-K GEMM.
+- tuned: the fastest: DP4A GEMV at M = 1, the Gluon mma.sync kernel at M = 2..GLUON_MAX_M, the
+  masked-plane kernel above, split-K where the grid is small, the skinny split-K GEMM.
 A per-path switch (RADIANCE_PQ2_M1 / _SMALL / _PREFILL, RADIANCE_SKINNY_GEMM) overrides the set
 for its band, for paired before/after runs.
 """
@@ -53,19 +53,19 @@ def check_set(kernel_set: str) -> str:
 TENSOR_CORE_PATHS = ("legacy", "planes", "gluon")  # int8 MMA: sm_80+ (Triton has no int8 dot on sm_75)
 
 
-# (device family, n, k) -> the largest M the DP4A GEMV (token rows sharing each weight word) serves
-# in the tuned set, ahead of the small band's tensor-core kernel. H200 run 8, M = 2: down 21.0 vs
-# 22.4 us, qkv 16.7 vs 18.1, out 10.4 vs 12.6; gate_up (34.1 vs 31.2) and lm_head stay on `planes`,
-# and at M = 4 the GEMV lost on every shape.
-GEMV_ROWS_MAX_M: dict[tuple[str, int, int], int] = {
-    ("sm_90", 5120, 17408): 2, ("sm_90", 14336, 5120): 2, ("sm_90", 5120, 6144): 2}
+# the tuned set's small band below this many rows runs `gluon` (mma.sync with the weight words
+# unpacked straight into the operand registers), above it `planes`. H200 run 10, best tile of each:
+# gate_up M = 2 / 4 / 8 27.3 / 28.4 / 30.5 µs vs planes 31.2 / 32.6 / 33.1, down 17.5 / 18.5 / 21.4
+# vs 22.1-22.7, qkv 15.1 / 15.7 / 17.5 vs 17.8-18.6, lm_head 128 / 131 / 140 vs 153-161; out ties
+# at M = 2 and 8 (the DP4A GEMV with two token rows, run 8's M = 2 choice, now ties or loses
+# everywhere); at M = 16 (16 tokens per MMA) `planes` leads on every shape (gate_up 35.6 vs 43.4).
+GLUON_MAX_M = 8
 
 
-def select_path(kernel_set: str, m: int, env: dict[str, str], capability: tuple[int, int] = (8, 0),
-                shape: tuple[str, int, int] = ("", 0, 0)) -> tuple[str, bool]:
+def select_path(kernel_set: str, m: int, env: dict[str, str], capability: tuple[int, int] = (8, 0)) -> tuple[str, bool]:
     """-> (path, split_k_allowed) for M rows on a GPU of `capability`. `env` holds the switches
-    (os.environ or a test dict); `shape` = (device family, n, k) picks the measured GEMV-rows cut.
-    Before sm_80 every band and set runs the DP4A kernel (the sets coincide there)."""
+    (os.environ or a test dict). Before sm_80 every band and set runs the DP4A kernel (the sets
+    coincide there)."""
     b = band(m)
     path = SET_PATHS[check_set(kernel_set)][b]
     name, allowed = SWITCHES[b]
@@ -74,8 +74,8 @@ def select_path(kernel_set: str, m: int, env: dict[str, str], capability: tuple[
         if raw not in allowed:
             raise Pq2ConfigError(f"{name}={raw!r}: use one of {', '.join(allowed)} (or unset it to follow the set)")
         path = raw
-    elif kernel_set == "tuned" and b == "small" and m <= GEMV_ROWS_MAX_M.get(shape, 1):
-        path = "dp4a"
+    elif kernel_set == "tuned" and b == "small" and m <= GLUON_MAX_M:
+        path = "gluon"
     if capability < (8, 0):
         if raw in TENSOR_CORE_PATHS:
             raise Pq2ConfigError(f"{name}={raw}: int8 tensor-core kernels need sm_80+, this GPU is "
@@ -98,11 +98,11 @@ def skinny_enabled(kernel_set: str, env: dict[str, str]) -> bool:
 class Tile:
     bn: int  # weight rows per program
     bt: int = 16  # tokens per program (tensor-core paths)
-    bc: int = 8  # groups per step (DP4A GEMV)
+    bc: int = 8  # groups per step (DP4A GEMV, gluon)
     mr: int = 1  # token rows per program (DP4A GEMV)
     splits: int = 1
     warps: int = 4
-    stages: int = 3
+    stages: int = 3  # pipeline stages (Triton paths); gluon: 1 = the next step in registers, else a cp.async ring
     one_dot: bool = False  # planes path: one K=128 dot per group instead of four K=32 ones
     maxnreg: int = 0  # register cap per thread, 0 = the compiler's choice (more programs per SM; not gluon)
 
@@ -131,14 +131,15 @@ _MID4 = Tile(bn=128, bt=32, splits=4, one_dot=True)
 _LARGE = Tile(bn=64, bt=128, stages=2, one_dot=True)  # run 7 one dot: -34 %; run 8 two stages: -5 to -10 %
 _S4 = Tile(bn=128, bt=16, splits=4, one_dot=True)  # run 7: -2 to -5 % at M=2..16
 _S8 = Tile(bn=128, bt=16, splits=8, one_dot=True)
-_G16S4 = Tile(bn=128, bt=16, bc=2, splits=4)
+# run 10 (M = 2..8, bt 8): the fastest gluon tile over the three M of each shape
+_G128 = Tile(bn=128, bt=8, bc=2, stages=1)
 TUNED: dict[tuple[str, str, int, int, str], Tile] = {}
 for (_n, _k), (_m1, _small, _mid, _gluon) in {
-    (34816, 5120): (_W8, _S4, _MID2, _G16S4),  # gate_up
-    (5120, 17408): (_NARROW, _S8, _MID4, _G16S4),  # down
-    (14336, 5120): (_W8, _S4, _MID2, Tile(bn=128, bt=8, bc=4, splits=4)),  # qkv
-    (5120, 6144): (_NARROW, _S8, _MID4, _G16S4),  # out
-    (248320, 5120): (_W8, Tile(bn=256, bt=16), Tile(bn=64, bt=64), Tile(bn=128, bt=16, bc=2)),  # lm_head (run 3)
+    (34816, 5120): (_W8, _S4, _MID2, _G128),  # gate_up
+    (5120, 17408): (_NARROW, _S8, _MID4, Tile(bn=64, bt=8, bc=2, splits=8, stages=1)),  # down
+    (14336, 5120): (_W8, _S4, _MID2, replace(_G128, splits=4)),  # qkv
+    (5120, 6144): (_NARROW, _S8, _MID4, Tile(bn=64, bt=8, bc=1, splits=8, stages=1)),  # out
+    (248320, 5120): (_W8, Tile(bn=256, bt=16), Tile(bn=64, bt=64), _G128),  # lm_head (run 3; gluon run 10)
 }.items():
     TUNED[("sm_90", "dp4a", _n, _k, "m1")] = _m1
     TUNED[("sm_90", "planes", _n, _k, "small")] = _small
@@ -182,9 +183,13 @@ CANDIDATES: dict[str, list[Tile]] = {
     "dp4a_rows": [Tile(bn=64, bc=8, warps=8, mr=2), Tile(bn=32, bc=8, warps=8, mr=2), Tile(bn=64, bc=8, warps=8, mr=4),
                   Tile(bn=32, bc=8, warps=8, mr=4), Tile(bn=8, bc=16, mr=2), Tile(bn=8, bc=16, mr=4),
                   Tile(bn=16, bc=8, warps=4, mr=4)],
-    # Gluon mma_v2: bn = weight rows (16 x warps x k), bt = 8 or 16 tokens, bc = groups per loop step
-    "gluon": [Tile(bn=128, bt=8, bc=4), Tile(bn=128, bt=16, bc=2), Tile(bn=64, bt=8, bc=2),
-              Tile(bn=128, bt=8, bc=4, splits=4), Tile(bn=128, bt=16, bc=2, splits=4)],
+    # Gluon mma.sync (pq2_gluon): bn = weight rows (16 x warps x a power of two), bt = 8 or 16
+    # tokens (the sweep times bt 16 only above M = 8); the weights of the next bc groups in
+    # registers (stages 1) or `stages` groups through a cp.async ring (bc 1). Loading two groups
+    # ahead through a register queue measured slower (RESULTS run 10).
+    "gluon": [Tile(bn=bn, bt=bt, bc=gu, warps=w, splits=s, stages=st) for bt in (8, 16)
+              for bn, w in ((64, 4), (128, 4), (256, 4), (256, 8)) for s in (1, 2, 4, 8)
+              for gu, st in ((1, 1), (2, 1), (1, 4), (1, 8))],
 }
 
 
@@ -210,7 +215,7 @@ def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family:
             programs = -(-n // t.bn) * -(-m // t.bt)
             t = replace(t, splits=_splits_for(programs, groups, sms, 4) if split_k else 1)
         elif path == "gluon":
-            t = Tile(bn=128, bt=16, bc=2)
+            t = Tile(bn=128, bt=8, bc=2, stages=1)
             t = replace(t, splits=_splits_for(-(-n // t.bn) * -(-m // t.bt), groups, sms, 4) if split_k else 1)
         elif path == "legacy":
             t = Tile(bn=64, bt=16 if m <= 16 else 64, warps=4, stages=1)

@@ -46,7 +46,7 @@ KNOBS: dict[str, Knob] = {
         Knob("RADIANCE_PQ2_M1", None, False,
              "pq2 path at M = 1 on NVIDIA, overriding the kernel set: `dp4a` (plane-ordered DP4A GEMV) or `legacy`."),
         Knob("RADIANCE_PQ2_SMALL", None, False,
-             "pq2 path at M = 2..16 on NVIDIA, overriding the kernel set: `planes` (masked-plane int8 tl.dot kernel), `gluon` (Gluon mma_v2, weights straight into registers), `dp4a` (the DP4A GEMV, up to 4 token rows per program sharing each weight word) or `legacy`."),
+             "pq2 path at M = 2..16 on NVIDIA, overriding the kernel set: `planes` (masked-plane int8 tl.dot kernel), `gluon` (int8 mma.sync in Gluon, weight words unpacked straight into the operand registers; the `tuned` set's choice at M = 2..8 on sm_80+), `dp4a` (the DP4A GEMV, up to 4 token rows per program sharing each weight word) or `legacy`."),
         Knob("RADIANCE_PQ2_PREFILL", None, False,
              "pq2 path at M > 16 on NVIDIA, overriding the kernel set: `planes` or `legacy`."),
         Knob("RADIANCE_SKINNY_GEMM", None, False,

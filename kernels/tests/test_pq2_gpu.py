@@ -150,7 +150,9 @@ def test_split_k_deterministic_and_plan_matches_launcher():
     a, tens, _ = _layer(5120, 17408, dev)
     b = pq2_ops.prepare(tens.qweight, tens.scales)  # fresh plans: first call goes through Triton's launcher
     for m, path, tile in [(1, "dp4a", Tile(bn=16, bc=8, splits=4)), (4, "planes", Tile(bn=64, bt=16, splits=8)),
-                          (300, "planes", Tile(bn=128, bt=128, warps=8))]:
+                          (300, "planes", Tile(bn=128, bt=128, warps=8)),
+                          (5, "gluon", Tile(bn=128, bt=8, bc=2, splits=8, stages=1)),
+                          (5, "gluon", Tile(bn=64, bt=8, bc=1, splits=4, stages=4))]:  # tickets reset between calls
         x = torch.randn(m, 17408, device=dev, dtype=torch.bfloat16)
         _run(a, torch.randn_like(x), path=path, tile=tile)  # compiles a's plan
         y1 = _run(a, x, path=path, tile=tile)  # direct compiled launch

@@ -20,7 +20,8 @@ def test_bands():
 
 
 @pytest.mark.parametrize("kset,m,path,split", [
-    ("tuned", 1, "dp4a", True), ("tuned", 8, "planes", True), ("tuned", 512, "planes", True),
+    ("tuned", 1, "dp4a", True), ("tuned", 2, "gluon", True), ("tuned", 8, "gluon", True), ("tuned", 9, "planes", True),
+    ("tuned", 16, "planes", True), ("tuned", 512, "planes", True),
     ("exact", 1, "legacy", False), ("exact", 8, "planes", False), ("exact", 2048, "planes", False),
     ("legacy", 1, "legacy", False), ("legacy", 16, "legacy", False), ("legacy", 17, "legacy", False),
 ])
@@ -35,15 +36,17 @@ def test_switch_overrides_its_band_only():
     assert table.select_path("legacy", 1, {"RADIANCE_PQ2_M1": "dp4a"})[0] == "dp4a"
 
 
-def test_gemv_rows_cut_is_per_shape_and_set():
-    down = ("sm_90", 5120, 17408)
-    assert table.select_path("tuned", 2, {}, (9, 0), down)[0] == "dp4a"
-    assert table.select_path("tuned", 3, {}, (9, 0), down)[0] == "planes"
-    assert table.select_path("tuned", 2, {}, (9, 0), ("sm_90", 34816, 5120))[0] == "planes"  # gate_up
-    assert table.select_path("tuned", 2, {}, (8, 6), ("sm_86", 5120, 17408))[0] == "planes"  # unmeasured
-    assert table.select_path("exact", 2, {}, (9, 0), down)[0] == "planes"  # another summation order
-    assert table.select_path("tuned", 2, {"RADIANCE_PQ2_SMALL": "planes"}, (9, 0), down)[0] == "planes"
+def test_gluon_band_is_the_tuned_sets_only():
+    assert table.select_path("tuned", 2, {}, (8, 6))[0] == "gluon"  # mma.sync: Ampere and later
+    assert table.select_path("exact", 2, {}, (9, 0))[0] == "planes"  # another summation order
+    assert table.select_path("tuned", 2, {"RADIANCE_PQ2_SMALL": "planes"}, (9, 0))[0] == "planes"
+    assert table.select_path("tuned", 2, {"RADIANCE_PQ2_SMALL": "dp4a"}, (9, 0))[0] == "dp4a"
+    assert table.select_path("tuned", 2, {}, (7, 5))[0] == "dp4a"  # Turing: no int8 MMA in Triton
     assert table.tile_for("dp4a", 5120, 17408, 2, 132, True, "sm_90").mr == 2
+    # the H200 entries (run 10) and the heuristic elsewhere: 8 tokens per MMA, split-K on narrow layers
+    assert table.tile_for("gluon", 34816, 5120, 4, 132, True, "sm_90") == table.Tile(bn=128, bt=8, bc=2, stages=1)
+    assert table.tile_for("gluon", 5120, 17408, 4, 132, True, "sm_86").splits == 8
+    assert table.tile_for("gluon", 5120, 17408, 4, 132, False, "sm_86").splits == 1
 
 
 def test_turing_runs_dp4a_everywhere():

@@ -1,79 +1,172 @@
-"""The pq2 small-batch kernel in Gluon: weight bytes loaded straight into mma_v2 A-operand registers.
+"""The pq2 small-batch kernel in Gluon (path `gluon`, M = 2..16, sm_80+): weight bytes loaded
+straight into the A-operand registers of mma.sync m16n8k32 (int8), 8 bytes per row per lane.
 
-Plain Triton's tl.dot stages the decoded weight operand through shared memory; with Gluon the
-layouts are explicit: the weight bytes of a 128-group are loaded in the A-operand layout of
-mma.sync m16n8k32 (four consecutive k bytes per 32-bit register), each plane is two instructions
-per register (shift, and; inline PTX on four packed bytes), and four K=32 MMAs with the
-plane-ordered activations (B operand, loaded in its layout) give the exact int32 group dot.
-The float epilogue is `group_acc`'s expression. Weight rows are the MMA's M side (BM), tokens its
-N side (BT = 8 or 16). GU groups per loop step; SPLITS as in pq2_planes. Ampere instructions
-only (sm_80+): runs on sm_86 and, as mma.sync, on sm_90.
+Why: plain Triton's `tl.dot` stages the decoded operand through shared memory, and a naive Gluon
+port (the A layout as loaded) fetched 4 bytes per instruction (RESULTS run 2, slower everywhere).
+
+The layout trick: K is a reduction, so which weight sits at which logical k of the MMA is free as
+long as both operands agree. Lane q (= lane % 4) of the A fragment holds logical
+k = 32j + 16h + 4q + b (MMA j of the group, register half h, byte b); it is given plane j of its
+own two consecutive weight words 2q + h (bytes 8q + 4h + b of the row's 32-byte group record): one
+8-byte load per row, and each 4-code register is one shift and one AND. In the activations' plane
+order (pq2_quant: weight 4B + s sits at 32s + B) those k are positions 32j + 8q + 4h + b, so the
+B fragment is 4 consecutive 8-byte loads per lane, from the quantizer's existing output.
+Join / permute / reshape only relabel registers; `convert_layout(..., assert_trivial=True)`
+proves at compile time that nothing moves between lanes.
+
+Arithmetic: the int32 dot of codes (0/1/2) and q per group, then `group_acc`'s expression
+(acc + ((dot - t) * sa) * sw). Each loop step takes GU groups, and loads the next step's
+operands before its arithmetic (the bytes in flight per program: GU x 32 bytes per row).
+Split-K: paro_gemv_gluon.finish (fp32 partials, an atomic ticket, the last program sums the
+splits in order: deterministic). Ampere instructions only: runs on sm_86 and, as mma.sync, on sm_90.
 """
+import functools
+
 from triton.experimental import gluon  # noqa: I001
-from triton.experimental.gluon import language as ttgl
-from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+
+from radiance.kernels.triton.paro_gemv_gluon import finish, program_tile
+
+NO_COPIES = gl.constexpr(1 << 30)  # program_tile's rotated-copy bounds: pq2 has one activation copy
 
 
 @gluon.jit
-def _plane(wb, s: ttgl.constexpr):
+def _plane(x4, s: gl.constexpr):
+    # plane s of a weight word, (b >> 2s) & 3 per byte, as four int8 codes in one register; x4
+    # repeats each word four times (one asm instance per word: pack=4 reads four 32-bit inputs
+    # and writes one register of four bytes)
     if s == 0:
-        return ttgl.inline_asm_elementwise("and.b32 $0, $1, 0x03030303;", "=r,r", [wb], dtype=ttgl.int8, is_pure=True, pack=4)
+        asm: gl.constexpr = "and.b32 $0, $1, 0x03030303;"
     elif s == 1:
-        return ttgl.inline_asm_elementwise("{ .reg .b32 t; shr.b32 t, $1, 2; and.b32 $0, t, 0x03030303; }", "=r,r", [wb],
-                                           dtype=ttgl.int8, is_pure=True, pack=4)
+        asm: gl.constexpr = "{ .reg .b32 t; shr.b32 t, $1, 2; and.b32 $0, t, 0x03030303; }"
     elif s == 2:
-        return ttgl.inline_asm_elementwise("{ .reg .b32 t; shr.b32 t, $1, 4; and.b32 $0, t, 0x03030303; }", "=r,r", [wb],
-                                           dtype=ttgl.int8, is_pure=True, pack=4)
+        asm: gl.constexpr = "{ .reg .b32 t; shr.b32 t, $1, 4; and.b32 $0, t, 0x03030303; }"
     else:
-        return ttgl.inline_asm_elementwise("{ .reg .b32 t; shr.b32 t, $1, 6; and.b32 $0, t, 0x03030303; }", "=r,r", [wb],
-                                           dtype=ttgl.int8, is_pure=True, pack=4)
+        asm: gl.constexpr = "{ .reg .b32 t; shr.b32 t, $1, 6; and.b32 $0, t, 0x03030303; }"
+    return gl.inline_asm_elementwise(asm, "=r,r,r,r,r", [x4], dtype=gl.int8, is_pure=True, pack=4)
+
+
+@gluon.jit
+def _bytes(x4):
+    # the four bytes of a word as int8 elements (x4 as in _plane): register renaming
+    return gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r,r,r,r", [x4], dtype=gl.int8, is_pure=True, pack=4)
+
+
+@gluon.jit
+def _four(x):
+    # each int32 word four times along a new innermost axis: [..., n] -> [..., n, 2, 2]. The
+    # operands are carried between loop steps as words: int8 tensors would be carried byte by
+    # byte (ptxas then spends 6 PRMT per register unpacking and repacking them)
+    return gl.join(gl.join(x, x), gl.join(x, x))
+
+
+@gluon.jit
+def _a_operand(w, BN: gl.constexpr, A_L: gl.constexpr):
+    # w [BN, 8] weight words of one group -> [BN, 128] codes at logical k = 32s + 16h + 4q + b
+    w4 = gl.reshape(_four(w), [BN, 32])  # byte 4 * word + b = 8q + 4h + b
+    j = gl.join(gl.join(_plane(w4, 0), _plane(w4, 1)), gl.join(_plane(w4, 2), _plane(w4, 3)))  # [BN, 32, s&1, s>>1]
+    j = gl.permute(gl.reshape(j, [BN, 4, 2, 4, 2, 2]), [0, 5, 4, 2, 1, 3])  # [BN, s>>1, s&1, h, q, b]
+    return gl.convert_layout(gl.reshape(j, [BN, 128]), A_L, assert_trivial=True)
+
+
+@gluon.jit
+def _b_operand(u, BT: gl.constexpr, B_L: gl.constexpr):
+    # u [32, BT] words of plane-ordered activations (byte position 32j + 8q + 4h + b) -> [128, BT]
+    # at the same logical k as _a_operand
+    u4 = _bytes(gl.reshape(gl.permute(_four(u), [0, 2, 3, 1]), [128, BT]))
+    j = gl.permute(gl.reshape(u4, [4, 4, 2, 4, BT]), [0, 2, 1, 3, 4])  # [j, h, q, b, BT]
+    return gl.convert_layout(gl.reshape(j, [128, BT]), B_L, assert_trivial=True)
+
+
+@functools.cache  # built once per tile: the launcher hashes them on every call
+def operand_layouts(bn: int, warps: int, bt: int):
+    """The load layouts of the weight words [bn, 8] (lane (g, q) holds words 2q, 2q + 1 of rows g and
+    g + 8 of each m16 tile of its warp; tiles 16 * warps rows apart) and of the activation words
+    [32, bt] (lane (n, q) holds words 8j + 2q, 8j + 2q + 1 of token n; every warp the same)."""
+    wb = [[16 << i, 0] for i in range(warps.bit_length() - 1)]
+    tiles = [[16 * warps << i, 0] for i in range((bn // (16 * warps)).bit_length() - 1)]
+    w_l = gl.DistributedLinearLayout(reg_bases=[[0, 1], [8, 0]] + tiles,
+                                     lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]],
+                                     warp_bases=wb, block_bases=[], shape=[bn, 8])
+    u_l = gl.DistributedLinearLayout(reg_bases=[[1, 0], [8, 0], [16, 0]] + ([[0, 8]] if bt == 16 else []),
+                                     lane_bases=[[2, 0], [4, 0], [0, 1], [0, 2], [0, 4]],
+                                     warp_bases=[[0, 0]] * len(wb), block_bases=[], shape=[32, bt])
+    return w_l, u_l
+
+
+@gluon.jit
+def _step_loads(Q, S, T, W, WS, g, g1, w_off, u_off, rn, tt, G, GU: gl.constexpr, WEIGHTS: gl.constexpr):
+    # the operands of groups g .. g + GU - 1, each index clamped into the program's range (loads
+    # past it are never used); WEIGHTS = 0: all but the weights (they come through the ring)
+    ops = ()
+    for u in gl.static_range(GU):
+        gu = gl.minimum(g + u, g1 - 1)
+        if WEIGHTS:
+            w = gl.load(W + gu * 8 + w_off)
+        else:
+            w = 0
+        ops = ops + ((w, gl.load(Q + gu * 32 + u_off), gl.load(WS + rn * G + gu).to(gl.float32),
+                      gl.load(T + tt * G + gu), gl.load(S + tt * G + gu)),)
+    return ops
 
 
 @gluon.jit(do_not_specialize=["M"])
-def pq2_gluon_small(Q, S, T, W, WS, Y, P, M, N, K, KW,
-                    BM: ttgl.constexpr, BT: ttgl.constexpr, SPLITS: ttgl.constexpr, GU: ttgl.constexpr,
-                    WARPS: ttgl.constexpr, EVEN_N: ttgl.constexpr):
-    # KW = K // 4 (bytes per weight row) as an int: Triton then knows it is a multiple of 16
-    MMA: ttgl.constexpr = ttgl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
-    A_L: ttgl.constexpr = ttgl.DotOperandLayout(operand_index=0, parent=MMA, k_width=4)
-    B_L: ttgl.constexpr = ttgl.DotOperandLayout(operand_index=1, parent=MMA, k_width=4)
-    groups = K // 128
-    pid_n = ttgl.program_id(0)
-    pid_m = ttgl.program_id(1)
-    z = ttgl.program_id(2)
-    ra = pid_n * BM + ttgl.arange(0, BM, layout=ttgl.SliceLayout(1, A_L))
-    ka = ttgl.arange(0, 32, layout=ttgl.SliceLayout(0, A_L))
-    kb = ttgl.arange(0, 32, layout=ttgl.SliceLayout(1, B_L))
-    tb = pid_m * BT + ttgl.arange(0, BT, layout=ttgl.SliceLayout(0, B_L))
-    rn = pid_n * BM + ttgl.arange(0, BM, layout=ttgl.SliceLayout(1, MMA))
-    tm = pid_m * BT + ttgl.arange(0, BT, layout=ttgl.SliceLayout(0, MMA))
-    wptr = W + ra[:, None] * KW + ka[None, :]
-    qptr = Q + tb[None, :] * K + kb[:, None]
-    qmask = (tb < M)[None, :] & (kb < 32)[:, None]
-    tmask = tm < M
-    per = ttgl.cdiv(ttgl.cdiv(groups, GU), SPLITS) * GU
-    g0 = z * per
-    g1 = ttgl.minimum(groups, g0 + per)
-    acc = ttgl.zeros([BM, BT], ttgl.float32, layout=MMA)
-    for base in range(g0, g1, GU):
-        for u in ttgl.static_range(GU):
-            g = base + u
-            if g < g1:
-                if EVEN_N:
-                    wb = ttgl.load(wptr + g * 32)
-                    sw = ttgl.load(WS + rn * groups + g).to(ttgl.float32)
-                else:
-                    wb = ttgl.load(wptr + g * 32, mask=(ra < N)[:, None] & (ka < 32)[None, :], other=0)
-                    sw = ttgl.load(WS + rn * groups + g, mask=rn < N, other=0.0).to(ttgl.float32)
-                c = ttgl.zeros([BM, BT], ttgl.int32, layout=MMA)
-                for s in ttgl.static_range(4):
-                    qb = ttgl.load(qptr + g * 128 + s * 32, mask=qmask, other=0)
-                    c = mma_v2(_plane(wb, s), qb, c)
-                t = ttgl.load(T + tm * groups + g, mask=tmask, other=0)
-                sa = ttgl.load(S + tm * groups + g, mask=tmask, other=0.0)
-                acc = acc + ((c - t[None, :]).to(ttgl.float32) * sa[None, :]) * sw[:, None]
-    omask = tmask[None, :] & (rn < N)[:, None]
-    if SPLITS == 1:
-        ttgl.store(Y + tm[None, :] * N + rn[:, None], acc.to(Y.dtype.element_ty), mask=omask)
-    else:
-        ttgl.store(P + z * M * N + tm[None, :] * N + rn[:, None], acc, mask=omask)
+def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, KW, G, gps, SPLIT,
+               BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, GU: gl.constexpr, RING: gl.constexpr,
+               W_L: gl.constexpr, U_L: gl.constexpr):
+    # Q: plane-ordered int8 activations as int32 words [M, K / 4]; S / T: their scales and group
+    # sums [M, G]; W: weight bytes as int32 words [N, KW = K / 16]; WS: weight scales [N, G]. BN = 16 * WARPS * (m16 row tiles
+    # per warp), BT = 8 or 16 tokens, GU groups per loop step. RING > 0 (GU = 1): the weights go
+    # through a cp.async ring of RING shared-memory buffers, RING - 1 groups ahead.
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
+    A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=4)
+    B_L: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=4)
+    LN: gl.constexpr = gl.SliceLayout(1, MMA)  # [BN] per weight row
+    LT: gl.constexpr = gl.SliceLayout(0, MMA)  # [BT] per token
+
+    t0, n0, pid_k, prt, g0, g1 = program_tile(NO_COPIES, NO_COPIES, gps, G, BT, BN)
+    # indices clamped into the tensors instead of masked (rows past N / tokens past M are never stored)
+    rw = gl.minimum(n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, W_L)), N - 1)
+    w_off = rw[:, None] * KW + gl.arange(0, 8, layout=gl.SliceLayout(0, W_L))[None, :]
+    tu = gl.minimum(t0 + gl.arange(0, BT, layout=gl.SliceLayout(0, U_L)), M - 1)
+    u_off = tu[None, :] * (K // 4) + gl.arange(0, 32, layout=gl.SliceLayout(1, U_L))[:, None]
+    rn = gl.minimum(n0 + gl.arange(0, BN, layout=LN), N - 1)
+    tt = gl.minimum(t0 + gl.arange(0, BT, layout=LT), M - 1)
+
+    acc = gl.zeros([BN, BT], gl.float32, layout=MMA)
+    # the next step's loads are issued before this step's arithmetic; the whole tuple is replaced
+    # each step, so nothing is copied between registers (a queue shifted by one group per step
+    # measured slower: register moves, fewer programs per SM)
+    if RING > 0:  # each thread reads back only the words it copied: no barrier, only wait_group
+        ring = gl.allocate_shared_memory(gl.int32, [RING, BN, 8], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+        for i in gl.static_range(RING - 1):
+            async_copy.async_copy_global_to_shared(ring.index(i), W + gl.minimum(g0 + i, g1 - 1) * 8 + w_off)
+            async_copy.commit_group()
+    nxt = _step_loads(Q, S, T, W, WS, g0, g1, w_off, u_off, rn, tt, G, GU, RING == 0)
+    for g in range(g0, g1, GU):
+        cur = nxt
+        nxt = _step_loads(Q, S, T, W, WS, g + GU, g1, w_off, u_off, rn, tt, G, GU, RING == 0)
+        if RING > 0:
+            async_copy.wait_group(RING - 2)
+            wr = ring.index((g - g0) % RING).load(W_L)
+            # into the buffer read one step ago
+            async_copy.async_copy_global_to_shared(ring.index((g - g0 + RING - 1) % RING),
+                                                   W + gl.minimum(g + RING - 1, g1 - 1) * 8 + w_off)
+            async_copy.commit_group()
+        for i in gl.static_range(GU):
+            if g + i < g1:  # uniform: the last step of a range whose length GU does not divide
+                w, u, sw, t, sa = cur[i]
+                if RING > 0:
+                    w = wr
+                dot = mma_v2(_a_operand(w, BN, A_L), _b_operand(u, BT, B_L), gl.zeros([BN, BT], gl.int32, layout=MMA))
+                # group_acc (pq2_common) spelled for Gluon: the exponent trick makes dot - t exactly an fp32
+                exact = (dot + (0x4B400000 - t)[None, :]).to(gl.float32, bitcast=True) - 12582912.0
+                acc = acc + (exact * sa[None, :]) * sw[:, None]
+
+    if RING > 0:  # the clamped copies past the range still write: done before the smem is released
+        async_copy.wait_group(0)
+    cols = n0 + gl.arange(0, BN, layout=LN)
+    toks = t0 + gl.arange(0, BT, layout=LT)
+    ymask = (cols < N)[:, None] & (toks < M)[None, :]
+    finish(acc, 0.0, Y, PART, CNT, toks[None, :] * N + cols[:, None], ymask, M, N, pid_k, SPLIT, False)
