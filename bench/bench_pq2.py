@@ -158,7 +158,8 @@ def main():
                 if path not in best or us < best[path][1]:
                     best[path] = (tile, us)
             line = " ".join(f"{p}={u:.1f}" for p, (_, u) in sorted(best.items()))
-            tb = min((v for p, v in best.items() if p not in ("legacy", "quant")), key=lambda v: v[1], default=(None, float("nan")))
+            tb = min((v for p, v in best.items() if p not in ("legacy", "quant")), key=lambda v: v[1],
+                     default=(None, float("nan")))
             print(f"{name:8s} M={m:5d} roof={roof:7.1f} cublas={cub:8.1f} gemlite={gl_best or float('nan'):8.1f} {line}"
                   f" | best/roof={tb[1] / roof:.2f} cublas/best={cub / tb[1]:.2f} tile={tb[0]}", flush=True)
             del xs

@@ -116,9 +116,10 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, KW, G, gps, SPLIT,
                BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, GU: gl.constexpr, RING: gl.constexpr,
                W_L: gl.constexpr, U_L: gl.constexpr):
     # Q: plane-ordered int8 activations as int32 words [M, K / 4]; S / T: their scales and group
-    # sums [M, G]; W: weight bytes as int32 words [N, KW = K / 16]; WS: weight scales [N, G]. BN = 16 * WARPS * (m16 row tiles
-    # per warp), BT = 8 or 16 tokens, GU groups per loop step. RING > 0 (GU = 1): the weights go
-    # through a cp.async ring of RING shared-memory buffers, RING - 1 groups ahead.
+    # sums [M, G]; W: weight bytes as int32 words [N, KW = K / 16]; WS: weight scales [N, G].
+    # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens, GU groups per loop step.
+    # RING > 0 (GU = 1): the weights go through a cp.async ring of RING shared-memory buffers,
+    # RING - 1 groups ahead.
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
     A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=4)
     B_L: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=4)
