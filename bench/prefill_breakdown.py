@@ -16,7 +16,7 @@ from bench_paro import ROTATE_BYTES, SHAPES, paro_layers, share_weights
 from timing import graph_time
 
 from radiance.kernels import paro_ops as ops
-from radiance.kernels.triton import paro_gemm
+from radiance.kernels.triton import paro_scratch
 from radiance.kernels.triton import paro_rotate as pr
 
 
@@ -41,10 +41,10 @@ def main() -> None:
             steps = {
                 "forward": [lambda l=l: ops.forward(l, x) for l in layers],
                 "prologue": [lambda l=l: pr.rotate(x, l.tables, pr.PLAIN) for l in layers],
-                "dequant": [lambda l=l: paro_gemm.dequant(l.wb, l.sc, l.d, deq) for l in layers],
+                "dequant": [lambda l=l: paro_scratch.dequant(l.wb, l.sc, l.d, deq) for l in layers],
                 "mm_fp16": [lambda: a @ deq.t()] * 4,
                 "cast_bf16": [lambda: y16.to(torch.bfloat16)] * 4,
-                "cast_bf16_triton": [lambda: paro_gemm.cast(y16, torch.bfloat16)] * 4,
+                "cast_bf16_triton": [lambda: paro_scratch.cast(y16, torch.bfloat16)] * 4,
                 "cublas_bf16": [lambda w=w: x @ w.t() for w in wbf],
             }
             res = {s: graph_time(f) for s, f in steps.items()}

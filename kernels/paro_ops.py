@@ -26,7 +26,7 @@ import torch
 import triton
 
 from radiance.kernels.formats.paroquant import GROUP_SIZE
-from radiance.kernels.triton import interpreting, paro_gemm, paro_rotate
+from radiance.kernels.triton import interpreting, paro_gemm, paro_rotate, paro_scratch
 from radiance.knobs import knob, knob_int
 
 MAX_PARTS = 3
@@ -325,7 +325,7 @@ def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor | None, rs: 
 def _scratch_forward(layer: ParoLayer, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     a, _, _ = paro_rotate.rotate(x, layer.tables, paro_rotate.PLAIN)
     scr = _SCRATCH[x.device]
-    w = paro_gemm.dequant(layer.wb, layer.sc, layer.d, scr.deq[: layer.n * layer.k].view(layer.n, layer.k))
+    w = paro_scratch.dequant(layer.wb, layer.sc, layer.d, scr.deq[: layer.n * layer.k].view(layer.n, layer.k))
     edges = [0] + [b for b in layer.bounds if b < layer.n] + [layer.n]
     y = torch.empty(x.shape[0], layer.n, dtype=a.dtype, device=x.device)
     for p in range(layer.parts):  # each partition's GEMM writes its column slice in place (no cat)
@@ -334,7 +334,7 @@ def _scratch_forward(layer: ParoLayer, x: torch.Tensor, bias: torch.Tensor | Non
             torch.mm(a[p], w[e0:e1].t(), out=y[:, e0:e1])
         else:  # cuBLAS adds the bias before its one rounding
             torch.addmm(bias[e0:e1].to(a.dtype), a[p], w[e0:e1].t(), out=y[:, e0:e1])
-    return paro_gemm.cast(y, x.dtype)
+    return paro_scratch.cast(y, x.dtype)
 
 
 def scratch_min_m(layer: ParoLayer) -> int:

@@ -200,10 +200,10 @@ def test_scratch_cublas_path(gen, monkeypatch):
 
 
 def test_cast_rounds_like_torch():
-    from radiance.kernels.triton import paro_gemm
+    from radiance.kernels.triton import paro_scratch
 
     x = (torch.randn(3, 100_003, device="cuda") * 1000).half()
-    assert torch.equal(paro_gemm.cast(x, torch.bfloat16), x.to(torch.bfloat16))  # round to nearest even
+    assert torch.equal(paro_scratch.cast(x, torch.bfloat16), x.to(torch.bfloat16))  # round to nearest even
 
 
 def test_turing_dispatch_on_this_gpu(gen):

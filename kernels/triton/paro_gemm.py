@@ -380,95 +380,27 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
         raise ValueError("paroquant deqt is W4A16 only: int8 activations go to fold or deq")
     if kind == "gemv" and bm != 1:
         raise ValueError("paroquant gemv takes one row per program (bm=1)")
-    if gemv_gluon and bm not in (1, 2, 4):
-        raise ValueError(f"paroquant {kind} takes 1, 2 or 4 rows per program, not bm={bm}")
     if kind in ("gemv", "mma_gl") or gemv_gluon:
         wb = wb.view(torch.int32)  # the same bytes as words [G, N, 16]
+    args = (a, s, rs, wb, sc, d, y, part if bias is None else bias, part, cnt, m, n, k, g, pb1, pb2, gps, split)
     if gemv_gluon:
-        from radiance.kernels.triton.paro_gemv_gluon import paro_gemv_gl  # Gluon: imported only where it runs
+        from radiance.kernels.triton.paro_gemv_gluon import launch  # Gluon: imported only where it runs
 
-        if bn % (8 * num_warps):
-            raise ValueError(f"paroquant {kind}: BN={bn} must be a multiple of 8 x {num_warps} warps")
         if maxnreg:
             raise ValueError(f"paroquant {kind}: no register cap (maxnreg={maxnreg}); it is for the Triton kinds")
-        if kind == "gemv_ca" and num_stages < 2:
-            raise ValueError(f"paroquant gemv_ca: a cp.async ring needs 2 or more buffers (stages={num_stages})")
-        # stages: gemv_ca's ring buffers; gemv_gl 1 = nothing ahead, 2 = the weights one step ahead,
-        # 3 = everything one step ahead, 4+ = also the weights stages - 2 steps ahead
-        ring = num_stages if kind == "gemv_ca" else 0
-        paro_gemv_gl[grid](a, rs, wb, sc, d, y, part if bias is None else bias, part, cnt,
-                           m, n, k, g, pb1, pb2, gps, split,
-                           MR=bm, R=bn // (8 * num_warps), GPI=gpi, WARPS=num_warps,
-                           PREFETCH=2 if ring else min(2, num_stages - 1), WDEPTH=max(1, num_stages - 2), RING=ring,
-                           HAS_BIAS=bias is not None, num_warps=num_warps)
-        return y
+        return launch(kind, grid, args, bm=bm, bn=bn, gpi=gpi, num_warps=num_warps, num_stages=num_stages,
+                      has_bias=bias is not None)
     if kind == "mma_gl":
-        from radiance.kernels.triton.paro_mma_gluon import operand_layouts, paro_mma_gl  # Gluon: only where it runs
+        from radiance.kernels.triton.paro_mma_gluon import launch  # Gluon: imported only where it runs
 
-        tiles = bn // (16 * num_warps)  # m16 row tiles per warp
-        if bm not in (8, 16) or bn % (16 * num_warps) or tiles & (tiles - 1):
-            raise ValueError(f"paroquant mma_gl: bm (tokens) must be 8 or 16 and BN={bn} a power-of-two "
-                             f"multiple of 16 x {num_warps} warps")
         if a.dtype != torch.float16 or s is part or rs is part:
             raise ValueError("paroquant mma_gl reads the prologue's F16GF activations with their scales and sums")
-        w_l, u_l = operand_layouts(bn, num_warps, bm)
-        paro_mma_gl[grid](a.view(torch.int32), s, rs, wb, sc, d, y, part if bias is None else bias,
-                          part, cnt, m, n, k, g, pb1, pb2, gps, split, BN=bn, BT=bm, WARPS=num_warps, W_L=w_l,
-                          U_L=u_l, HAS_BIAS=bias is not None, num_warps=num_warps)
-        return y
+        return launch(grid, args, bm=bm, bn=bn, num_warps=num_warps, has_bias=bias is not None)
     extra = {"GPI": gpi} if kind == "gemv" else {"ASM": not INTERPRET}  # every tensor-core kind unpacks in PTX
     if kind.startswith("fold"):
         extra["ONE_DOT"] = kind == "fold1"
     if maxnreg:
         extra["maxnreg"] = maxnreg
-    KERNELS[kind][grid](a, s, rs, wb, sc, d, y, part if bias is None else bias, part, cnt,
-                        m, n, k, g, pb1, pb2, gps, split,
-                        BM=bm, BN=bn, A_INT8=a.dtype == torch.int8, NS=num_stages, HAS_BIAS=bias is not None,
+    KERNELS[kind][grid](*args, BM=bm, BN=bn, A_INT8=a.dtype == torch.int8, NS=num_stages, HAS_BIAS=bias is not None,
                         num_warps=num_warps, num_stages=num_stages, **extra)
-    return y
-
-
-@triton.jit
-def _dequant_kernel(W, SC, D, OUT, N, K, BN: tl.constexpr):
-    # OUT[n, k] = ((c - 8) - d) * sc in fp16: the dequant-to-scratch path (cuBLAS below Ampere)
-    g = tl.program_id(0)
-    offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
-    offs_t = tl.arange(0, 64)
-    nmask = offs_n < N
-    w = tl.load(W + (g * N + offs_n[:, None]) * 64 + offs_t[None, :], mask=nmask[:, None], other=0)
-    sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0).to(tl.float32)
-    d = tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.float32)
-    lo = (((w & 15).to(tl.float32) - 8.0) - d[:, None]) * sc[:, None]
-    hi = (((w >> 4).to(tl.float32) - 8.0) - d[:, None]) * sc[:, None]
-    base = OUT + offs_n[:, None] * K + g * 128 + offs_t[None, :]
-    tl.store(base, lo.to(tl.float16), mask=nmask[:, None])
-    tl.store(base + 64, hi.to(tl.float16), mask=nmask[:, None])
-
-
-def dequant(wb, sc, d, out: torch.Tensor) -> torch.Tensor:
-    """Wb/SC/D -> dense fp16 W [N, K] written into `out` (a preallocated scratch view)."""
-    g, n, _ = wb.shape
-    bn = 64
-    _dequant_kernel[(g, triton.cdiv(n, bn))](wb, sc, d, out, n, g * 128, BN=bn, num_warps=4)
-    return out
-
-
-@triton.jit
-def _cast_kernel(X, Y, n, BLOCK: tl.constexpr):
-    # fp16 -> the output dtype, 8 elements (16 bytes) per thread: torch's converting copy ran at
-    # 1.26 TB/s on the H200, this one at ~4 (gate_up M=2048: 234 -> 70 us, RESULTS run 7)
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(Y + offs, tl.load(X + offs, mask=mask).to(Y.dtype.element_ty), mask=mask)
-
-
-def cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A contiguous tensor in `dtype` (itself when it already is)."""
-    if x.dtype == dtype:
-        return x
-    assert x.is_contiguous(), "cast reads its input as one flat array"
-    y = torch.empty(x.shape, dtype=dtype, device=x.device)
-    n = x.numel()
-    block = 8 * 32 * 8  # 8 warps x 32 threads x 8 elements
-    _cast_kernel[(triton.cdiv(n, block),)](x, y, n, BLOCK=block, num_warps=8)
     return y

@@ -191,3 +191,21 @@ def finish(y, bias, Y, PART, CNT, y_off, ymask, M, N, pid_k, SPLIT, HAS_BIAS: gl
                 tot += bias
             gl.store(Y + y_off, tot.to(Y.dtype.element_ty), mask=ymask)
             gl.atomic_xchg(CNT + tile, 0)
+
+
+def launch(kind: str, grid, args, *, bm: int, bn: int, gpi: int, num_warps: int, num_stages: int, has_bias: bool):
+    """paro_gemm.gemm's launch of the kinds `gemv_gl` / `gemv_ca` (args: its common argument tuple).
+    stages: gemv_ca's ring buffers; gemv_gl 1 = nothing ahead, 2 = the weights one step ahead,
+    3 = everything one step ahead, 4+ = also the weights stages - 2 steps ahead."""
+    if bm not in (1, 2, 4):
+        raise ValueError(f"paroquant {kind} takes 1, 2 or 4 rows per program, not bm={bm}")
+    if bn % (8 * num_warps):
+        raise ValueError(f"paroquant {kind}: BN={bn} must be a multiple of 8 x {num_warps} warps")
+    if kind == "gemv_ca" and num_stages < 2:
+        raise ValueError(f"paroquant gemv_ca: a cp.async ring needs 2 or more buffers (stages={num_stages})")
+    a, s, rs, *rest = args  # the GEMV reads the plane-ordered fp32 activations and their sums only
+    ring = num_stages if kind == "gemv_ca" else 0
+    paro_gemv_gl[grid](a, rs, *rest, MR=bm, R=bn // (8 * num_warps), GPI=gpi, WARPS=num_warps,
+                       PREFETCH=2 if ring else min(2, num_stages - 1), WDEPTH=max(1, num_stages - 2), RING=ring,
+                       HAS_BIAS=has_bias, num_warps=num_warps)
+    return args[6]

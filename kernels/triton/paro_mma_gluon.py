@@ -23,6 +23,8 @@ Split-K: paro_gemv_gluon.finish (partials, an atomic ticket, the last program su
 """
 import functools
 
+import torch
+
 from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
@@ -136,3 +138,17 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
     else:
         bias = 0.0
     finish(acc, bias, Y, PART, CNT, y_off, ymask, M, N, pid_k, SPLIT, HAS_BIAS)
+
+
+def launch(grid, args, *, bm: int, bn: int, num_warps: int, has_bias: bool):
+    """paro_gemm.gemm's launch of the kind `mma_gl` (args: its common argument tuple, the weights
+    as int32 words)."""
+    tiles = bn // (16 * num_warps)  # m16 row tiles per warp
+    if bm not in (8, 16) or bn % (16 * num_warps) or tiles & (tiles - 1):
+        raise ValueError(f"paroquant mma_gl: bm (tokens) must be 8 or 16 and BN={bn} a power-of-two "
+                         f"multiple of 16 x {num_warps} warps")
+    w_l, u_l = operand_layouts(bn, num_warps, bm)
+    a, *rest = args
+    paro_mma_gl[grid](a.view(torch.int32), *rest, BN=bn, BT=bm, WARPS=num_warps, W_L=w_l, U_L=u_l,
+                      HAS_BIAS=has_bias, num_warps=num_warps)
+    return args[6]
