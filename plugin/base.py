@@ -86,10 +86,24 @@ def _require_eager_for_checkall() -> None:
         raise ValueError("RADIANCE_PQ_CHECKALL is an eval-mode check: serve with --enforce-eager or unset it")
 
 
+def release(layer: torch.nn.Module, names: tuple[str, ...]) -> int:
+    """Empty these parameters of `layer` (dtype and device kept); -> the bytes no longer referenced
+    by them (the storage is freed unless the prepared layer shares it, as pq2's CUDA path does)."""
+    freed = 0
+    for name in names:
+        param = getattr(layer, name)
+        freed += param.data.numel() * param.data.element_size()
+        param.data = param.data.new_empty(0)
+    return freed
+
+
 class RadianceLinearMethod(LinearMethodBase):
     """create_weights -> vLLM loads -> process_weights_after_loading (validate, prepare) -> apply."""
 
     TENSORS: tuple[str, ...] = ()
+    # checkpoint tensors the prepared layer no longer reads: released after preparing (the kernels'
+    # repacked copy would otherwise double the weights' memory), kept where CHECKALL gates the layer
+    PREPARED_FROM: tuple[str, ...] = ()
 
     def __init__(self, config: RadianceQuantConfig, prefix: str) -> None:
         self.config = config
@@ -126,6 +140,8 @@ class RadianceLinearMethod(LinearMethodBase):
         prep = self._prepare(layer, lay)
         check = checkall.checker(layer, lay, self.config.get_name(), self._exact, prep.out_features, prep.in_features)
         custom_op.attach(layer, prep, check)
+        if check is None:
+            release(layer, self.PREPARED_FROM)
 
     def apply(self, layer, x, bias=None):
         return custom_op.apply(layer, x, bias)

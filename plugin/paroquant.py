@@ -40,6 +40,7 @@ def specs(krot: int) -> dict[str, TensorSpec]:
 @register_weight_loader_v2_supported_method
 class ParoQuantLinearMethod(RadianceLinearMethod):
     TENSORS = fmt.TENSORS
+    PREPARED_FROM = ("qweight", "qzeros", "scales")
 
     def _create(self, layer, lay: Layout, weight_loader) -> None:
         for name, size in zip(lay.names, lay.sizes):

@@ -30,6 +30,7 @@ SPECS = {
 @register_weight_loader_v2_supported_method
 class Pq2LinearMethod(RadianceLinearMethod):
     TENSORS = fmt.TENSORS
+    PREPARED_FROM = ("qweight", "scales")
 
     def _create(self, layer, lay: Layout, weight_loader) -> None:
         k, n = lay.k, sum(lay.sizes)

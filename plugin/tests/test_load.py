@@ -44,6 +44,10 @@ def test_every_layer_matches_the_reference(tmp_path, vllm_dist, tiny, method, sh
             mod = block.get_submodule(site)
             prep = mod._radiance_prep
             assert prep.method == method
+            # the checkpoint tensors the prepared layer replaced are released (no second copy of the weights)
+            for name in ("qweight", "qzeros", "scales") if method == "paroquant" else ("qweight", "scales"):
+                param = getattr(mod, name)
+                assert param.numel() == 0 and param.dtype == state[f"model.layers.{i}.{projs[0]}.{name}"].dtype, name
             if method == "paroquant":
                 want_rot = 1 if shared or len(projs) == 1 else len(projs)
                 assert len(prep.rotations) == want_rot, (site, [r for r in prep.runs])
