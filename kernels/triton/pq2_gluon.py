@@ -14,9 +14,10 @@ B fragment is 4 consecutive 8-byte loads per lane, from the quantizer's existing
 Join / permute / reshape only relabel registers; `convert_layout(..., assert_trivial=True)`
 proves at compile time that nothing moves between lanes.
 
-Arithmetic: the int32 dot of codes (0/1/2) and q per group, then `group_acc`'s expression
-(acc + ((dot - t) * sa) * sw). Each loop step takes GU groups, and loads the next step's
-operands before its arithmetic (the bytes in flight per program: GU x 32 bytes per row).
+Arithmetic: the int32 dot of codes (0/1/2) and q per group, then pq2_common's `group_acc`
+(acc + ((dot - t) * sa) * sw, the one every pq2 kernel calls). Each loop step takes GU groups,
+and loads the next step's operands before its arithmetic (the bytes in flight per program:
+GU x 32 bytes per row).
 Split-K: paro_gemv_gluon.finish (fp32 partials, an atomic ticket, the last program sums the
 splits in order: deterministic). Ampere instructions only: runs on sm_86 and, as mma.sync, on sm_90.
 """
@@ -27,6 +28,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
 from radiance.kernels.triton.paro_gemv_gluon import finish, program_tile
+from radiance.kernels.triton.pq2_common import group_acc
 
 NO_COPIES = gl.constexpr(1 << 30)  # program_tile's rotated-copy bounds: pq2 has one activation copy
 
@@ -161,9 +163,7 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, KW, G, gps, SPLIT,
                 if RING > 0:
                     w = wr
                 dot = mma_v2(_a_operand(w, BN, A_L), _b_operand(u, BT, B_L), gl.zeros([BN, BT], gl.int32, layout=MMA))
-                # group_acc (pq2_common) spelled for Gluon: the exponent trick makes dot - t exactly an fp32
-                exact = (dot + (0x4B400000 - t)[None, :]).to(gl.float32, bitcast=True) - 12582912.0
-                acc = acc + (exact * sa[None, :]) * sw[:, None]
+                acc = group_acc(acc, dot, t[None, :], sa[None, :], sw[:, None])
 
     if RING > 0:  # the clamped copies past the range still write: done before the smem is released
         async_copy.wait_group(0)
