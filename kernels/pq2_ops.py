@@ -211,11 +211,13 @@ def _run_gluon(layer, q, a, t, y, m, tile: table.Tile) -> None:
         raise RuntimeError(f"pq2 gluon: split-K tickets for {grid[0] * grid[1]} tiles not reserved on {y.device} "
                            "(pq2_ops.prepare reserves them; prepare the layer on this device first)")
     p = y if splits == 1 else torch.empty((splits, m, layer.n), dtype=torch.float32, device=y.device)
-    w_l, u_l = operand_layouts(tile.bn, tile.warps, tile.bt)
-    launch = layer.plan(("gluon", tile, y.dtype), lambda: _Launch(
-        pq2_mma_gl, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "GU": tile.bc, "RING": ring, "W_L": w_l,
-                     "U_L": u_l},
-        tile.warps, 1))
+
+    def make():
+        w_l, u_l = operand_layouts(tile.bn, tile.warps, tile.bt)
+        return _Launch(pq2_mma_gl, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "GU": tile.bc, "RING": ring,
+                                    "W_L": w_l, "U_L": u_l}, tile.warps, 1)
+
+    launch = layer.plan(("gluon", tile, y.dtype), make)
     launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, p, tickets,
            m, layer.n, layer.k, layer.k // 16, groups, gps, splits)
 
