@@ -86,15 +86,12 @@ def _require_eager_for_checkall() -> None:
         raise ValueError("RADIANCE_PQ_CHECKALL is an eval-mode check: serve with --enforce-eager or unset it")
 
 
-def release(layer: torch.nn.Module, names: tuple[str, ...]) -> int:
-    """Empty these parameters of `layer` (dtype and device kept); -> the bytes no longer referenced
-    by them (the storage is freed unless the prepared layer shares it, as pq2's CUDA path does)."""
-    freed = 0
+def release(layer: torch.nn.Module, names: tuple[str, ...]) -> None:
+    """Empty these parameters of `layer` (dtype and device kept): their storage is freed unless the
+    prepared layer shares it, as pq2's CUDA path does."""
     for name in names:
         param = getattr(layer, name)
-        freed += param.data.numel() * param.data.element_size()
         param.data = param.data.new_empty(0)
-    return freed
 
 
 class RadianceLinearMethod(LinearMethodBase):
