@@ -98,14 +98,14 @@ def operand_layouts(bn: int, warps: int, bt: int):
 
 
 @gluon.jit
-def _step_loads(Q, S, T, W, WS, g, g1, w_off, u_off, rn, tt, G, GU: gl.constexpr, WEIGHTS: gl.constexpr):
+def _step_loads(Q, S, T, W, WS, g, g1, w_off, gstride, u_off, rn, tt, G, GU: gl.constexpr, WEIGHTS: gl.constexpr):
     # the operands of groups g .. g + GU - 1, each index clamped into the program's range (loads
     # past it are never used); WEIGHTS = 0: all but the weights (they come through the ring)
     ops = ()
     for u in gl.static_range(GU):
         gu = gl.minimum(g + u, g1 - 1)
         if WEIGHTS:
-            w = gl.load(W + gu * 8 + w_off)
+            w = gl.load(W + gu * gstride + w_off)
         else:
             w = 0
         ops = ops + ((w, gl.load(Q + gu * 32 + u_off), gl.load(WS + rn * G + gu).to(gl.float32),
@@ -116,7 +116,7 @@ def _step_loads(Q, S, T, W, WS, g, g1, w_off, u_off, rn, tt, G, GU: gl.constexpr
 @gluon.jit(do_not_specialize=["M"])
 def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, KW, G, gps, SPLIT,
                BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, GU: gl.constexpr, RING: gl.constexpr,
-               W_L: gl.constexpr, U_L: gl.constexpr):
+               W_L: gl.constexpr, U_L: gl.constexpr, GMAJOR: gl.constexpr = False):
     # Q: plane-ordered int8 activations as int32 words [M, K / 4]; S / T: their scales and group
     # sums [M, G]; W: weight bytes as int32 words [N, KW = K / 16]; WS: weight scales [N, G].
     # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens, GU groups per loop step.
@@ -131,7 +131,13 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, KW, G, gps, SPLIT,
     t0, n0, pid_k, prt, g0, g1 = program_tile(NO_COPIES, NO_COPIES, gps, G, BT, BN)
     # indices clamped into the tensors instead of masked (rows past N / tokens past M are never stored)
     rw = gl.minimum(n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, W_L)), N - 1)
-    w_off = rw[:, None] * KW + gl.arange(0, 8, layout=gl.SliceLayout(0, W_L))[None, :]
+    # GMAJOR (an experiment): W as [G, N, 8] words, each group's records of all rows contiguous
+    if GMAJOR:
+        gstride = N * 8
+        w_off = rw[:, None] * 8 + gl.arange(0, 8, layout=gl.SliceLayout(0, W_L))[None, :]
+    else:
+        gstride = 8
+        w_off = rw[:, None] * KW + gl.arange(0, 8, layout=gl.SliceLayout(0, W_L))[None, :]
     tu = gl.minimum(t0 + gl.arange(0, BT, layout=gl.SliceLayout(0, U_L)), M - 1)
     u_off = tu[None, :] * (K // 4) + gl.arange(0, 32, layout=gl.SliceLayout(1, U_L))[:, None]
     rn = gl.minimum(n0 + gl.arange(0, BN, layout=LN), N - 1)
@@ -144,18 +150,18 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, KW, G, gps, SPLIT,
     if RING > 0:  # each thread reads back only the words it copied: no barrier, only wait_group
         ring = gl.allocate_shared_memory(gl.int32, [RING, BN, 8], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
         for i in gl.static_range(RING - 1):
-            async_copy.async_copy_global_to_shared(ring.index(i), W + gl.minimum(g0 + i, g1 - 1) * 8 + w_off)
+            async_copy.async_copy_global_to_shared(ring.index(i), W + gl.minimum(g0 + i, g1 - 1) * gstride + w_off)
             async_copy.commit_group()
-    nxt = _step_loads(Q, S, T, W, WS, g0, g1, w_off, u_off, rn, tt, G, GU, RING == 0)
+    nxt = _step_loads(Q, S, T, W, WS, g0, g1, w_off, gstride, u_off, rn, tt, G, GU, RING == 0)
     for g in range(g0, g1, GU):
         cur = nxt
-        nxt = _step_loads(Q, S, T, W, WS, g + GU, g1, w_off, u_off, rn, tt, G, GU, RING == 0)
+        nxt = _step_loads(Q, S, T, W, WS, g + GU, g1, w_off, gstride, u_off, rn, tt, G, GU, RING == 0)
         if RING > 0:
             async_copy.wait_group(RING - 2)
             wr = ring.index((g - g0) % RING).load(W_L)
             # into the buffer read one step ago
             async_copy.async_copy_global_to_shared(ring.index((g - g0 + RING - 1) % RING),
-                                                   W + gl.minimum(g + RING - 1, g1 - 1) * 8 + w_off)
+                                                   W + gl.minimum(g + RING - 1, g1 - 1) * gstride + w_off)
             async_copy.commit_group()
         for i in gl.static_range(GU):
             if g + i < g1:  # uniform: the last step of a range whose length GU does not divide
