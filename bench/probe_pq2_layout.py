@@ -5,7 +5,8 @@ streaming rate? One device call.
    (each step reads BN separate C-word runs, 4*KW bytes apart) or group-major (the same bytes laid
    [K/16/C, N, C]: each step one contiguous BN*C run). GB/s per (layout, C, BN).
 2. The `gluon` kernel at its table tile on the prepared row-major weights against the same kernel
-   reading a group-major [G, N, 8]-word copy (GMAJOR), M = 2, 4, 8, numerics checked equal.
+   reading a group-major [G, N, 8]-word copy (GMAJOR), and also the scales as [G, N] (SMAJOR),
+   M = 2, 4, 8, outputs checked bit-equal.
 
     python bench/probe_pq2_layout.py
 """
@@ -59,12 +60,13 @@ def gluon_layouts():
         n, k = SHAPES[name]
         layers = make_layers(n, k, copies_for(n * k // 4))
         gm = [layer.qweight32.view(n, k // 128, 8).transpose(0, 1).contiguous() for layer, _ in layers]
+        st = [layer.scales.t().contiguous() for layer, _ in layers]  # [G, N]
         for m in (2, 4, 8):
             tile = table.tile_for("gluon", n, k, m, torch.cuda.get_device_properties(0).multi_processor_count, True,
                                   "sm_90")
             xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
 
-            def run(layer, w32, x, major):
+            def run(layer, w32, x, major, ws=None):
                 q, a, t = pq2_ops.quantize_activations(x, True, layer)
                 groups = k // 128
                 gps = -(-groups // tile.splits)
@@ -73,21 +75,25 @@ def gluon_layouts():
                 p = y if splits == 1 else torch.empty((splits, m, n), dtype=torch.float32, device="cuda")
                 w_l, u_l = operand_layouts(tile.bn, tile.warps, tile.bt)
                 pq2_mma_gl[(triton.cdiv(m, tile.bt), triton.cdiv(n, tile.bn), splits)](
-                    q.view(torch.int32), a, t, w32, layer.scales, y, p, pq2_ops._TICKETS[y.device], m, n, k, k // 16,
+                    q.view(torch.int32), a, t, w32, layer.scales if ws is None else ws, y, p, pq2_ops._TICKETS[y.device], m, n, k, k // 16,
                     groups, gps, splits, BN=tile.bn, BT=tile.bt, WARPS=tile.warps, GU=tile.bc, RING=0, W_L=w_l,
-                    U_L=u_l, GMAJOR=major, num_warps=tile.warps)
+                    U_L=u_l, GMAJOR=major, SMAJOR=ws is not None, num_warps=tile.warps)
                 return y
 
             ref = pq2_ops.forward(layers[0][0], xs[0], path="gluon", tile=tile)
             for major in (False, True):
                 w0 = gm[0] if major else layers[0][0].qweight32
                 assert torch.equal(run(layers[0][0], w0, xs[0], major), ref), f"{name} M={m} GMAJOR={major}"
+            assert torch.equal(run(layers[0][0], gm[0], xs[0], True, st[0]), ref), f"{name} M={m} both"
             row = graph_time([lambda l=l, x=xs[i % 4]: run(l, l.qweight32, x, False) for i, (l, _) in enumerate(layers)])
             grp = graph_time([lambda l=l, w=w, x=xs[i % 4]: run(l, w, x, True)
                               for i, ((l, _), w) in enumerate(zip(layers, gm))])
-            print(f"gluon {name:8s} M={m} {tile} row-major {row:7.1f} us  group-major {grp:7.1f} us  "
-                  f"({(grp / row - 1) * 100:+.1f} %)", flush=True)
-        del layers, gm
+            both = graph_time([lambda l=l, w=w, s=s, x=xs[i % 4]: run(l, w, x, True, s)
+                               for i, ((l, _), w, s) in enumerate(zip(layers, gm, st))])
+            print(f"gluon {name:8s} M={m} {tile} row-major {row:7.1f} us  group-major {grp:7.1f} us "
+                  f"({(grp / row - 1) * 100:+.1f} %)  + scales [G, N] {both:7.1f} us ({(both / row - 1) * 100:+.1f} %)",
+                  flush=True)
+        del layers, gm, st
         torch.cuda.empty_cache()
 
 

@@ -98,7 +98,8 @@ def operand_layouts(bn: int, warps: int, bt: int):
 
 
 @gluon.jit
-def _step_loads(Q, S, T, W, WS, g, g1, w_off, gstride, u_off, rn, tt, G, GU: gl.constexpr, WEIGHTS: gl.constexpr):
+def _step_loads(Q, S, T, W, WS, g, g1, w_off, gstride, u_off, ws_off, ws_g, tt, G, GU: gl.constexpr,
+                WEIGHTS: gl.constexpr):
     # the operands of groups g .. g + GU - 1, each index clamped into the program's range (loads
     # past it are never used); WEIGHTS = 0: all but the weights (they come through the ring)
     ops = ()
@@ -108,7 +109,7 @@ def _step_loads(Q, S, T, W, WS, g, g1, w_off, gstride, u_off, rn, tt, G, GU: gl.
             w = gl.load(W + gu * gstride + w_off)
         else:
             w = 0
-        ops = ops + ((w, gl.load(Q + gu * 32 + u_off), gl.load(WS + rn * G + gu).to(gl.float32),
+        ops = ops + ((w, gl.load(Q + gu * 32 + u_off), gl.load(WS + gu * ws_g + ws_off).to(gl.float32),
                       gl.load(T + tt * G + gu), gl.load(S + tt * G + gu)),)
     return ops
 
@@ -116,7 +117,8 @@ def _step_loads(Q, S, T, W, WS, g, g1, w_off, gstride, u_off, rn, tt, G, GU: gl.
 @gluon.jit(do_not_specialize=["M"])
 def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, KW, G, gps, SPLIT,
                BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, GU: gl.constexpr, RING: gl.constexpr,
-               W_L: gl.constexpr, U_L: gl.constexpr, GMAJOR: gl.constexpr = False):
+               W_L: gl.constexpr, U_L: gl.constexpr, GMAJOR: gl.constexpr = False,
+               SMAJOR: gl.constexpr = False):
     # Q: plane-ordered int8 activations as int32 words [M, K / 4]; S / T: their scales and group
     # sums [M, G]; W: weight bytes as int32 words [N, KW = K / 16]; WS: weight scales [N, G].
     # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens, GU groups per loop step.
@@ -141,6 +143,12 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, KW, G, gps, SPLIT,
     tu = gl.minimum(t0 + gl.arange(0, BT, layout=gl.SliceLayout(0, U_L)), M - 1)
     u_off = tu[None, :] * (K // 4) + gl.arange(0, 32, layout=gl.SliceLayout(1, U_L))[:, None]
     rn = gl.minimum(n0 + gl.arange(0, BN, layout=LN), N - 1)
+    if SMAJOR:  # (an experiment) scales as [G, N]: one contiguous run per group
+        ws_off = rn
+        ws_g = N
+    else:
+        ws_off = rn * G
+        ws_g = 1
     tt = gl.minimum(t0 + gl.arange(0, BT, layout=LT), M - 1)
 
     acc = gl.zeros([BN, BT], gl.float32, layout=MMA)
@@ -152,10 +160,10 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, KW, G, gps, SPLIT,
         for i in gl.static_range(RING - 1):
             async_copy.async_copy_global_to_shared(ring.index(i), W + gl.minimum(g0 + i, g1 - 1) * gstride + w_off)
             async_copy.commit_group()
-    nxt = _step_loads(Q, S, T, W, WS, g0, g1, w_off, gstride, u_off, rn, tt, G, GU, RING == 0)
+    nxt = _step_loads(Q, S, T, W, WS, g0, g1, w_off, gstride, u_off, ws_off, ws_g, tt, G, GU, RING == 0)
     for g in range(g0, g1, GU):
         cur = nxt
-        nxt = _step_loads(Q, S, T, W, WS, g + GU, g1, w_off, gstride, u_off, rn, tt, G, GU, RING == 0)
+        nxt = _step_loads(Q, S, T, W, WS, g + GU, g1, w_off, gstride, u_off, ws_off, ws_g, tt, G, GU, RING == 0)
         if RING > 0:
             async_copy.wait_group(RING - 2)
             wr = ring.index((g - g0) % RING).load(W_L)
