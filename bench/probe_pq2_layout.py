@@ -59,7 +59,8 @@ def gluon_layouts():
     for name in ("gate_up", "down", "qkv", "out", "lm_head"):
         n, k = SHAPES[name]
         layers = make_layers(n, k, copies_for(n * k // 4))
-        gm = [layer.qweight32.view(n, k // 128, 8).transpose(0, 1).contiguous() for layer, _ in layers]
+        gm = [layer.qweight32 for layer, _ in layers]  # as prepared: [G, N, 8] words
+        rowm = [layer.qweight32.transpose(0, 1).contiguous() for layer, _ in layers]  # the checkpoint's [N, G, 8]
         st = [layer.scales.t().contiguous() for layer, _ in layers]  # [G, N]
         for m in (2, 4, 8):
             tile = table.tile_for("gluon", n, k, m, torch.cuda.get_device_properties(0).multi_processor_count, True,
@@ -82,10 +83,11 @@ def gluon_layouts():
 
             ref = pq2_ops.forward(layers[0][0], xs[0], path="gluon", tile=tile)
             for major in (False, True):
-                w0 = gm[0] if major else layers[0][0].qweight32
+                w0 = gm[0] if major else rowm[0]
                 assert torch.equal(run(layers[0][0], w0, xs[0], major), ref), f"{name} M={m} GMAJOR={major}"
             assert torch.equal(run(layers[0][0], gm[0], xs[0], True, st[0]), ref), f"{name} M={m} both"
-            row = graph_time([lambda l=l, x=xs[i % 4]: run(l, l.qweight32, x, False) for i, (l, _) in enumerate(layers)])
+            row = graph_time([lambda l=l, w=w, x=xs[i % 4]: run(l, w, x, False)
+                              for i, ((l, _), w) in enumerate(zip(layers, rowm))])
             grp = graph_time([lambda l=l, w=w, x=xs[i % 4]: run(l, w, x, True)
                               for i, ((l, _), w) in enumerate(zip(layers, gm))])
             both = graph_time([lambda l=l, w=w, s=s, x=xs[i % 4]: run(l, w, x, True, s)
@@ -93,7 +95,7 @@ def gluon_layouts():
             print(f"gluon {name:8s} M={m} {tile} row-major {row:7.1f} us  group-major {grp:7.1f} us "
                   f"({(grp / row - 1) * 100:+.1f} %)  + scales [G, N] {both:7.1f} us ({(both / row - 1) * 100:+.1f} %)",
                   flush=True)
-        del layers, gm, st
+        del layers, gm, st, rowm
         torch.cuda.empty_cache()
 
 

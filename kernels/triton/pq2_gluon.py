@@ -117,10 +117,10 @@ def _step_loads(Q, S, T, W, WS, g, g1, w_off, gstride, u_off, ws_off, ws_g, tt, 
 @gluon.jit(do_not_specialize=["M"])
 def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, KW, G, gps, SPLIT,
                BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, GU: gl.constexpr, RING: gl.constexpr,
-               W_L: gl.constexpr, U_L: gl.constexpr, GMAJOR: gl.constexpr = False,
+               W_L: gl.constexpr, U_L: gl.constexpr, GMAJOR: gl.constexpr = True,
                SMAJOR: gl.constexpr = False):
     # Q: plane-ordered int8 activations as int32 words [M, K / 4]; S / T: their scales and group
-    # sums [M, G]; W: weight bytes as int32 words [N, KW = K / 16]; WS: weight scales [N, G].
+    # sums [M, G]; W: weight bytes as int32 words [G, N, 8] (GMAJOR); WS: weight scales [N, G].
     # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens, GU groups per loop step.
     # RING > 0 (GU = 1): the weights go through a cp.async ring of RING shared-memory buffers,
     # RING - 1 groups ahead.
@@ -133,7 +133,8 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, KW, G, gps, SPLIT,
     t0, n0, pid_k, prt, g0, g1 = program_tile(NO_COPIES, NO_COPIES, gps, G, BT, BN)
     # indices clamped into the tensors instead of masked (rows past N / tokens past M are never stored)
     rw = gl.minimum(n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, W_L)), N - 1)
-    # GMAJOR (an experiment): W as [G, N, 8] words, each group's records of all rows contiguous
+    # GMAJOR: W as prepared, [G, N, 8] words (each group's records of all rows contiguous); else
+    # the checkpoint's [N, KW] (the layout probe compares them)
     if GMAJOR:
         gstride = N * 8
         w_off = rw[:, None] * 8 + gl.arange(0, 8, layout=gl.SliceLayout(0, W_L))[None, :]
