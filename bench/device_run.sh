@@ -21,7 +21,6 @@ for step in "$@"; do
     paro) python3 bench/bench_paro.py --out $OUT $PARO_ARGS 2>&1 | tee $OUT/paro.log | tail -40 ;;
     sweep) python3 bench/sweep_paro_decode.py --out $OUT $SWEEP_ARGS 2>&1 | tee $OUT/sweep.log | tail -60 ;;
     breakdown) python3 bench/prefill_breakdown.py $BREAKDOWN_ARGS 2>&1 | tee $OUT/breakdown.log | tail -20 ;;
-    probe) (cd bench && python3 probe_pq2_layout.py) 2>&1 | tee $OUT/probe.log | tail -60 ;;
     prologue) python3 bench/sweep_prologue.py --out $OUT $PROLOGUE_ARGS 2>&1 | tee $OUT/prologue.log | tail -40 ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac

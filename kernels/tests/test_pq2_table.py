@@ -110,7 +110,10 @@ INTERPRETED = textwrap.dedent("""
                                 (40, 384, 5, "dp4a", Tile(bn=16, bc=2, splits=2)), (64, 1024, 3, "dp4a", Tile(bn=16, bc=4, mr=2)),
                                 (40, 384, 7, "dp4a", Tile(bn=16, bc=2, splits=2, mr=4)), (64, 1024, 2, "dp4a", Tile(bn=32, bc=4, mr=2)),
                                 (70, 256, 5, "planes", None),
-                                (70, 512, 17, "planes", Tile(bn=32, bt=16, splits=3))]:
+                                (70, 512, 17, "planes", Tile(bn=32, bt=16, splits=3)),
+                                # past one 128-row block of the prepared weights, the last one partial
+                                (200, 256, 3, "legacy", None), (200, 384, 1, "dp4a", Tile(bn=64, bc=2, splits=2)),
+                                (200, 512, 5, "planes", Tile(bn=64, bt=16, splits=2))]:
         codes = torch.randint(0, 3, (n, k), dtype=torch.uint8)
         qw = pack_ternary(codes)
         x = torch.randint(-127, 128, (m, k)).float()

@@ -10,6 +10,17 @@ from radiance.kernels.triton.small_int import small_int_f32
 
 
 @triton.jit
+def block_row(n, groups, RW: tl.constexpr):
+    # where row n's first group starts in the prepared weights [N/128, G, 128, 32 bytes]
+    # (pq2_ops.prepare), in elements of RW per row record (32 bytes or 8 words); one group step of
+    # a block is 128 * RW. A step over one group of a block's rows is one contiguous run, and one
+    # program's rows one contiguous region: row-major runs of 32 bytes per row lie K/4 bytes apart
+    # (the M = 2..16 kernels streamed 2.6 TB/s on lm_head); fully group-major runs lie N * 32 apart
+    # (the M = 1 GEMV 10-34 % slower). Run 12 in bench/RESULTS.md.
+    return (n // 128) * (groups * (128 * RW)) + (n % 128) * RW
+
+
+@triton.jit
 def group_acc(acc, idot, t, sa, sw):
     # acc += ((int dot - t) * activation scale) * weight scale, one 128-group at a time, in group
     # order; t is the ternary -1's group sum of q (0 where the codes are already -1/0/1)

@@ -19,15 +19,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from radiance.kernels.triton.pq2_common import dp4a
+from radiance.kernels.triton.pq2_common import block_row, dp4a
 from radiance.kernels.triton.small_int import small_int_f32
 
 
 @triton.jit
-def _weight_step(W32, WS, rows, base, wo, go, groups, GS, g1, N, EVEN: tl.constexpr):
-    # one step's weight words [BN, BC*8] (each group's 8 words of a row contiguous: 32-byte runs)
+def _weight_step(W32, WS, rows, wrow, base, wo, go, groups, g1, N, EVEN: tl.constexpr):
+    # one step's weight words [BN, BC*8] (BC runs of 8 words per row, 1024 words apart: block_row)
     # and weight scales [BN, BC]
-    wp = W32 + (base + wo // 8)[None, :] * GS + rows[:, None] * 8 + (wo % 8)[None, :]
+    wp = W32 + wrow[:, None] + (base + wo // 8)[None, :] * 1024 + (wo % 8)[None, :]
     sp = WS + rows[:, None] * groups + base + go[None, :]
     if EVEN:
         return tl.load(wp), tl.load(sp)
@@ -63,11 +63,11 @@ def _act_steps(Q32, T, S, tok0, M, base, wo, go, qo, groups, KW32, g1, MR: tl.co
 
 
 @triton.jit(do_not_specialize=["M"])
-def pq2_gemv_dp4a(Q32, S, T, W32, WS, Y, P, M, N, K, KW32, GS,
+def pq2_gemv_dp4a(Q32, S, T, W32, WS, Y, P, M, N, K, KW32,
                   BN: tl.constexpr, BC: tl.constexpr, MR: tl.constexpr, SPLITS: tl.constexpr,
                   STAGES: tl.constexpr, ASM: tl.constexpr, EVEN: tl.constexpr):
-    # KW32 = K // 16 (int32 words per activation row / 4), GS = 8 * N (words per group of the
-    # prepared [G, N, 8]-word weights), both passed as ints for their divisibility by 16.
+    # KW32 = K // 16 (a quarter of an activation row's int32 words), passed as an int for its
+    # divisibility by 16; W32: the prepared weights as int32 words [N/128, G, 128, 8] (block_row).
     # STAGES is unused (kept for the tile table's shape); EVEN: see the module docstring.
     # grid axis 2 = blocks of MR token rows: each weight word is loaded and split into its planes
     # once for the MR rows, whose accumulators are a tuple (unrolled; no 3-D tile, whose layout
@@ -83,12 +83,13 @@ def pq2_gemv_dp4a(Q32, S, T, W32, WS, Y, P, M, N, K, KW32, GS,
     g0 = z * per
     g1 = tl.minimum(groups, g0 + per)
     accs = (tl.zeros((BN, BC), tl.float32),) * MR
-    w, ws = _weight_step(W32, WS, rows, g0, wo, go, groups, GS, g1, N, EVEN)
+    wrow = block_row(rows, groups, 8)
+    w, ws = _weight_step(W32, WS, rows, wrow, g0, wo, go, groups, g1, N, EVEN)
     acts = _act_steps(Q32, T, S, tok0, M, g0, wo, go, qo, groups, KW32, g1, MR, EVEN)
     for base in range(g0, g1, BC):
         # prefetch the next step (the last step reloads itself: no branch, no mask)
         nxt = tl.minimum(base + BC, g1 - BC) if EVEN else base + BC
-        w2, ws2 = _weight_step(W32, WS, rows, nxt, wo, go, groups, GS, g1, N, EVEN)
+        w2, ws2 = _weight_step(W32, WS, rows, wrow, nxt, wo, go, groups, g1, N, EVEN)
         acts2 = _act_steps(Q32, T, S, tok0, M, nxt, wo, go, qo, groups, KW32, g1, MR, EVEN)
         p0, p1, p2, p3 = w & 0x03030303, (w >> 2) & 0x03030303, (w >> 4) & 0x03030303, (w >> 6) & 0x03030303
         wsf = ws.to(tl.float32)
