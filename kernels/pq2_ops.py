@@ -60,7 +60,7 @@ class Pq2Layer:
     plans: dict = field(default_factory=dict)
 
     @property
-    def qweight32(self) -> torch.Tensor:  # the same bytes as int32 words [N/128, G, 128, 8]
+    def qweight32(self) -> torch.Tensor:  # the same bytes as int32 words
         return self.qweight.view(torch.int32)
 
     def plan(self, key, make) -> _Launch:

@@ -11,12 +11,12 @@ from radiance.kernels.triton.small_int import small_int_f32
 
 @triton.jit
 def block_row(n, groups, RW: tl.constexpr):
-    # where row n's first group starts in the prepared weights [N/128, G, 128, 32 bytes]
-    # (pq2_ops.prepare), in elements of RW per row record (32 bytes or 8 words); one group step of
-    # a block is 128 * RW. A step over one group of a block's rows is one contiguous run, and one
-    # program's rows one contiguous region: row-major runs of 32 bytes per row lie K/4 bytes apart
-    # (the M = 2..16 kernels streamed 2.6 TB/s on lm_head); fully group-major runs lie N * 32 apart
-    # (the M = 1 GEMV 10-34 % slower). Run 12 in bench/RESULTS.md.
+    # where row n starts in the prepared weights [N/128, G, 128, 32 bytes] (pq2_ops.prepare:
+    # blocks of 128 rows, groups major within a block), in elements of RW per group record
+    # (32 bytes or 8 words); group g of the row is g * 128 * RW further. A load of one group for
+    # consecutive rows is one contiguous run. Row-major (each row's records K/4 bytes apart),
+    # the int8-MMA kernels ran 2-20 % slower; the DP4A GEMV kept its speed once its tile put a
+    # warp's 32 lanes on 16 rows of one group (bench/RESULTS.md run 12).
     return (n // 128) * (groups * (128 * RW)) + (n % 128) * RW
 
 

@@ -118,7 +118,7 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, G, gps, SPLIT,
                BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, GU: gl.constexpr, RING: gl.constexpr,
                W_L: gl.constexpr, U_L: gl.constexpr):
     # Q: plane-ordered int8 activations as int32 words [M, K / 4]; S / T: their scales and group
-    # sums [M, G]; W: the prepared weights as int32 words [N/128, G, 128, 8] (block_row); WS: weight scales [N, G].
+    # sums [M, G]; W: the prepared weights as int32 words (block_row); WS: weight scales [N, G].
     # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens, GU groups per loop step.
     # RING > 0 (GU = 1): the weights go through a cp.async ring of RING shared-memory buffers,
     # RING - 1 groups ahead.

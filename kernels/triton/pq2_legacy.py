@@ -16,7 +16,7 @@ from radiance.kernels.triton.pq2_common import block_row, group_acc
 @triton.jit(do_not_specialize=["M"])
 def pq2_legacy_gemm(Q, S, W, WS, Y, M, N, K,
                     BM: tl.constexpr, BN: tl.constexpr):
-    # W: the prepared weights [N/128, G, 128, 32] bytes (pq2_common.block_row)
+    # W: the prepared weights (pq2_common.block_row), bytes
     groups = K // 128
     m = tl.program_id(1) * BM + tl.arange(0, BM)
     n = tl.program_id(0) * BN + tl.arange(0, BN)

@@ -22,7 +22,7 @@ from radiance.kernels.triton.pq2_common import block_row, group_acc, plane
 def pq2_planes_gemm(Q, S, T, W, WS, Y, P, M, N, K,
                     BN: tl.constexpr, BT: tl.constexpr, SPLITS: tl.constexpr, STAGES: tl.constexpr,
                     ONE_DOT: tl.constexpr, ASM: tl.constexpr, EVEN_N: tl.constexpr):
-    # W: the prepared weights [N/128, G, 128, 32] bytes (pq2_common.block_row)
+    # W: the prepared weights (pq2_common.block_row), bytes
     groups = K // 128
     n = tl.program_id(0) * BN + tl.arange(0, BN)
     m = tl.program_id(1) * BT + tl.arange(0, BT)
