@@ -17,6 +17,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import replace
 
 import torch
 
@@ -214,7 +215,7 @@ def launch_cost():
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     out = {}
     for direct in (True, False):
-        fresh = pq2_ops.prepare(layer.qweight, layer.scales)
+        fresh = replace(layer, plans={})  # no launch plans yet
         if not direct:
             pq2_ops._Launch.__call__ = _launcher_only
         for _ in range(3):

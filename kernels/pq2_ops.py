@@ -26,6 +26,7 @@ from radiance.kernels.triton.pq2_quant import GROUP, _quant_groups, quant_grid
 from radiance.kernels.triton.pq2_skinny import skinny_splitk_gemm
 
 INTERPRET = interpreting()  # CPU interpreter: no PTX, no libdevice
+ROW_BLOCK = 128  # rows per block of the prepared weights (pq2_common.block_row)
 QUANT_GB = 4  # groups per quantization program
 REDUCE_BLOCK = 1024
 
@@ -52,14 +53,14 @@ class _Launch:
 class Pq2Layer:
     """Prepared weights of one pq2 linear, and its launch plans."""
 
-    qweight: torch.Tensor  # [N, K/4] uint8
+    qweight: torch.Tensor  # [N/128, G, 128, 32] uint8 (rows padded to 128; pq2_common.block_row)
     scales: torch.Tensor  # [N, K/128] f16
     n: int
     k: int
     plans: dict = field(default_factory=dict)
 
     @property
-    def qweight32(self) -> torch.Tensor:  # the same bytes as int32 words [N, K/16]
+    def qweight32(self) -> torch.Tensor:  # the same bytes as int32 words
         return self.qweight.view(torch.int32)
 
     def plan(self, key, make) -> _Launch:
@@ -82,7 +83,11 @@ def prepare(qweight: torch.Tensor, scales: torch.Tensor) -> Pq2Layer:
         raise ValueError(f"pq2 qweight on {qweight.device} but scales on {scales.device}")
     if qweight.device.type == "cuda" and qweight.device not in _TICKETS:
         _TICKETS[qweight.device] = torch.zeros(TICKETS, dtype=torch.int32, device=qweight.device)
-    return Pq2Layer(qweight.contiguous(), scales.to(torch.float16).contiguous(), n, k)
+    blocks = -(-n // ROW_BLOCK)
+    padded = torch.zeros(blocks * ROW_BLOCK, k // 4, dtype=torch.uint8, device=qweight.device)
+    padded[:n] = qweight
+    blocked = padded.view(blocks, ROW_BLOCK, k // GROUP, 32).transpose(1, 2).contiguous()
+    return Pq2Layer(blocked, scales.to(torch.float16).contiguous(), n, k)
 
 
 # per device: the gluon path's split-K tickets (self-resetting: the last program of a tile zeroes
@@ -176,7 +181,7 @@ def _run_legacy(layer, q, a, y, m, tile: table.Tile) -> None:
                         lambda: _Launch(pq2_legacy_gemm, {"BM": tile.bt, "BN": tile.bn}, tile.warps, tile.stages,
                                         tile.maxnreg))
     grid = (triton.cdiv(layer.n, tile.bn), triton.cdiv(m, tile.bt))
-    launch(grid, q, a, layer.qweight, layer.scales, y, m, layer.n, layer.k, layer.k // 4)
+    launch(grid, q, a, layer.qweight, layer.scales, y, m, layer.n, layer.k)
 
 
 def _run_planes(layer, q, a, t, y, m, tile: table.Tile) -> None:
@@ -186,7 +191,7 @@ def _run_planes(layer, q, a, t, y, m, tile: table.Tile) -> None:
                           "ONE_DOT": tile.one_dot, "ASM": not INTERPRET, "EVEN_N": layer.n % tile.bn == 0},
         tile.warps, tile.stages, tile.maxnreg))
     grid = (triton.cdiv(layer.n, tile.bn), triton.cdiv(m, tile.bt), tile.splits)
-    launch(grid, q, a, t, layer.qweight, layer.scales, y, p, m, layer.n, layer.k, layer.k // 4)
+    launch(grid, q, a, t, layer.qweight, layer.scales, y, p, m, layer.n, layer.k)
     if tile.splits > 1:
         _reduce(layer, p, y, tile.splits)
 
@@ -219,7 +224,7 @@ def _run_gluon(layer, q, a, t, y, m, tile: table.Tile) -> None:
 
     launch = layer.plan(("gluon", tile, y.dtype), make)
     launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, p, tickets,
-           m, layer.n, layer.k, layer.k // 16, groups, gps, splits)
+           m, layer.n, layer.k, groups, gps, splits)
 
 
 def _run_dp4a(layer, q, a, t, y, m, tile: table.Tile) -> None:

@@ -123,7 +123,8 @@ def tile_class(m: int) -> str:
 # measured winners per (device family, path, n, k, tile class): bench/RESULTS.md (pq2) (H200, 2026-11-29,
 # run 3: the fastest tile summed over the class's M values; run 4 re-swept the small band at M=2,8,16;
 # 2026-11-30 run 7: the one-dot tiles won the small, mid and large classes on the four 27B shapes)
-_W8 = Tile(bn=64, bc=8, warps=8)
+# run 12 (the [BN, BC, 8] GEMV tile on block-major weights): 8-16 rows per program
+_WIDE = Tile(bn=16, bc=8)
 _NARROW = Tile(bn=8, bc=16)
 # run 8: 32-token blocks on 128 weight rows beat 64 x 64 by 7-38 % at M = 32..64 (gate_up M=64 124 -> 87 us)
 _MID2 = Tile(bn=128, bt=32, splits=2, one_dot=True)
@@ -135,11 +136,11 @@ _S8 = Tile(bn=128, bt=16, splits=8, one_dot=True)
 _G128 = Tile(bn=128, bt=8, bc=2, stages=1)
 TUNED: dict[tuple[str, str, int, int, str], Tile] = {}
 for (_n, _k), (_m1, _small, _mid, _gluon) in {
-    (34816, 5120): (_W8, _S4, _MID2, _G128),  # gate_up
+    (34816, 5120): (Tile(bn=8, bc=8), _S4, _MID2, _G128),  # gate_up
     (5120, 17408): (_NARROW, _S8, _MID4, Tile(bn=64, bt=8, bc=2, splits=8, stages=1)),  # down
-    (14336, 5120): (_W8, _S4, _MID2, replace(_G128, splits=4)),  # qkv
-    (5120, 6144): (_NARROW, _S8, _MID4, Tile(bn=64, bt=8, bc=1, splits=8, stages=1)),  # out
-    (248320, 5120): (_W8, Tile(bn=256, bt=16), Tile(bn=64, bt=64), _G128),  # lm_head (run 3; gluon run 10)
+    (14336, 5120): (_WIDE, _S4, _MID2, replace(_G128, splits=4)),  # qkv
+    (5120, 6144): (Tile(bn=16, bc=16, warps=8), _S8, _MID4, Tile(bn=64, bt=8, bc=1, splits=8, stages=1)),  # out
+    (248320, 5120): (_WIDE, Tile(bn=256, bt=16), Tile(bn=64, bt=64), _G128),  # lm_head (run 3; gluon run 10)
 }.items():
     TUNED[("sm_90", "dp4a", _n, _k, "m1")] = _m1
     TUNED[("sm_90", "planes", _n, _k, "small")] = _small
@@ -152,7 +153,11 @@ for (_n, _k), (_m1, _small, _mid, _gluon) in {
 CANDIDATES: dict[str, list[Tile]] = {
     "dp4a": [Tile(bn=32, bc=8, warps=8), Tile(bn=16, bc=8, warps=4), Tile(bn=64, bc=8, warps=8), Tile(bn=8, bc=16, warps=4),
              Tile(bn=16, bc=8, warps=4, splits=2), Tile(bn=8, bc=8), Tile(bn=4, bc=16), Tile(bn=32, bc=8, warps=4),
-             Tile(bn=8, bc=16, splits=2)],
+             Tile(bn=8, bc=16, splits=2)]
+    # run 12: the [BN, BC, 8] tile on the block-major weights puts the warps across groups
+    + [Tile(bn=16, bc=8, warps=8), Tile(bn=16, bc=16, warps=8), Tile(bn=32, bc=16, warps=8),
+       Tile(bn=16, bc=8, warps=8, splits=2), Tile(bn=16, bc=16, warps=8, splits=2), Tile(bn=16, bc=8, warps=8, splits=4),
+       Tile(bn=64, bc=8, warps=8, splits=2)],
     "m1": [],
     "small": [Tile(bn=256, bt=16, splits=s) for s in (1, 2, 4, 8)] + [Tile(bn=128, bt=16, splits=s) for s in (4, 8)]
     + [Tile(bn=64, bt=16, splits=s) for s in (2, 4, 8)]  # more programs in flight: the paroquant deq lesson
@@ -200,8 +205,8 @@ def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family:
     groups = k // 128
     t = TUNED.get((family, path, n, k, tile_class(m)))
     if t is None:
-        if path == "dp4a":  # the H200 sweep: wide layers like 32 rows x 8 warps, narrow ones 8 rows
-            t = Tile(bn=64, bc=8, warps=8) if n >= 8192 else Tile(bn=8, bc=16)
+        if path == "dp4a":  # the H200 sweep (run 12): wide layers 16 rows x 8 groups, narrow ones 8 x 16
+            t = _WIDE if n >= 8192 else _NARROW
             t = replace(t, mr=1 if m == 1 else 2 if m == 2 else 4)  # token rows sharing each weight word
             # every timed rows tile ran unsplit (its programs already re-use each weight word mr times)
             t = replace(t, splits=_splits_for(-(-n // t.bn), -(-groups // t.bc), sms, 2) if split_k and t.mr == 1 else 1)

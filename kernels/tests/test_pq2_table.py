@@ -95,7 +95,8 @@ def test_measured_table_wins():
         del table.TUNED[("sm_test", "planes", 5120, 6144, "small")]
     # the H200 entries: one per measured shape and class, splits only in tuned
     assert table.tile_for("planes", 5120, 17408, 4, 132, True, "sm_90").splits == 8
-    assert table.tile_for("dp4a", 34816, 5120, 1, 132, True, "sm_90").warps == 8
+    assert table.tile_for("dp4a", 34816, 5120, 1, 132, True, "sm_90") == table.Tile(bn=8, bc=8)
+    assert table.tile_for("dp4a", 34816, 5120, 1, 132, True, "sm_86").bn == 16  # the heuristic: run 12's wide tile
 
 
 INTERPRETED = textwrap.dedent("""
@@ -110,7 +111,10 @@ INTERPRETED = textwrap.dedent("""
                                 (40, 384, 5, "dp4a", Tile(bn=16, bc=2, splits=2)), (64, 1024, 3, "dp4a", Tile(bn=16, bc=4, mr=2)),
                                 (40, 384, 7, "dp4a", Tile(bn=16, bc=2, splits=2, mr=4)), (64, 1024, 2, "dp4a", Tile(bn=32, bc=4, mr=2)),
                                 (70, 256, 5, "planes", None),
-                                (70, 512, 17, "planes", Tile(bn=32, bt=16, splits=3))]:
+                                (70, 512, 17, "planes", Tile(bn=32, bt=16, splits=3)),
+                                # past one 128-row block of the prepared weights, the last one partial
+                                (200, 1152, 3, "legacy", None), (200, 1152, 1, "dp4a", Tile(bn=64, bc=2, splits=2)),
+                                (200, 1152, 5, "planes", Tile(bn=64, bt=16, splits=2))]:
         codes = torch.randint(0, 3, (n, k), dtype=torch.uint8)
         qw = pack_ternary(codes)
         x = torch.randint(-127, 128, (m, k)).float()

@@ -10,6 +10,17 @@ from radiance.kernels.triton.small_int import small_int_f32
 
 
 @triton.jit
+def block_row(n, groups, RW: tl.constexpr):
+    # where row n starts in the prepared weights [N/128, G, 128, 32 bytes] (pq2_ops.prepare:
+    # blocks of 128 rows, groups major within a block), in elements of RW per group record
+    # (32 bytes or 8 words); group g of the row is g * 128 * RW further. A load of one group for
+    # consecutive rows is one contiguous run. Row-major (each row's records K/4 bytes apart),
+    # the int8-MMA kernels ran 2-20 % slower; the DP4A GEMV kept its speed once its tile put a
+    # warp's 32 lanes on 16 rows of one group (bench/RESULTS.md run 12).
+    return (n // 128) * (groups * (128 * RW)) + (n % 128) * RW
+
+
+@triton.jit
 def group_acc(acc, idot, t, sa, sw):
     # acc += ((int dot - t) * activation scale) * weight scale, one 128-group at a time, in group
     # order; t is the ternary -1's group sum of q (0 where the codes are already -1/0/1)

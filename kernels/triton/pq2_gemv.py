@@ -8,10 +8,13 @@ program, MR token rows per program (each word's planes extracted once, four DP4A
 SPLITS > 1 splits the groups (fp32 partials, fixed-order `reduce_splits`).
 
 On an H200 this kernel is bound by instruction issue, not bandwidth, so the loop is kept lean:
-a 2-D [BN, BC*8] word tile (16-byte loads), EVEN tiles (N % BN == 0, whole steps per split)
-without masks, and the next step's loads issued before this step's arithmetic (register double
-buffer instead of a shared-memory pipeline). SASS: ~16 instructions per weight word, of which
-11 are the planes' shift/and and the four DP4As (was 27 with masks and the 3-D tile).
+EVEN tiles (N % BN == 0, whole steps per split) without masks, and the next step's loads issued
+before this step's arithmetic (register double buffer instead of a shared-memory pipeline).
+The weight tile is [BN, BC, 8] words (row, group, word): with the prepared weights group-major
+within 128-row blocks (pq2_common.block_row), Triton's coalescing puts a warp's lanes on 16 rows
+of one group, a contiguous 512-byte run per load, and the warps across groups, so each thread
+reads the activation words of one group only. (A 2-D [BN, BC*8] tile on those weights put a
+warp across 8 groups of 2 rows, 16 separate 32-byte runs per load: 10-30 % slower.)
 """
 
 from __future__ import annotations
@@ -19,45 +22,47 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from radiance.kernels.triton.pq2_common import dp4a
+from radiance.kernels.triton.pq2_common import block_row, dp4a
 from radiance.kernels.triton.small_int import small_int_f32
 
 
 @triton.jit
-def _weight_step(W32, WS, rows, base, wo, go, groups, KW32, g1, N, EVEN: tl.constexpr):
-    # one step's weight words [BN, BC*8] and weight scales [BN, BC]
-    wp = W32 + rows[:, None] * KW32 + base * 8 + wo[None, :]
-    sp = WS + rows[:, None] * groups + base + go[None, :]
+def _weight_step(W32, WS, rows, wrow, base, gi, j, groups, g1, N, EVEN: tl.constexpr):
+    # one step's weight words [BN, BC, 8] and weight scales [BN, BC]
+    g = base + gi
+    wp = W32 + wrow[:, None, None] + (g * 1024)[None, :, None] + j[None, None, :]
+    sp = WS + rows[:, None] * groups + g[None, :]
     if EVEN:
         return tl.load(wp), tl.load(sp)
     else:
+        gm = g < g1
         rm = rows < N
-        wm = (base * 8 + wo) < g1 * 8
-        gm = (base + go) < g1
-        return tl.load(wp, mask=rm[:, None] & wm[None, :], other=0), tl.load(sp, mask=rm[:, None] & gm[None, :], other=0.0)
+        return (tl.load(wp, mask=rm[:, None, None] & gm[None, :, None], other=0),
+                tl.load(sp, mask=rm[:, None] & gm[None, :], other=0.0))
 
 
 @triton.jit
-def _act_step(Q32, T, S, tok, base, wo, go, qo, groups, KW32, g1, EVEN: tl.constexpr):
-    # one token row's step: the four planes' activation words [BC*8] each, group sums and
+def _act_step(Q32, T, S, tok, base, gi, j, groups, KW32, g1, EVEN: tl.constexpr):
+    # one token row's step: the four planes' activation words [BC, 8] each, group sums and
     # activation scales [BC]. tok is clamped to a real row, so the loads need no token mask
-    qb = Q32 + tok * (KW32 * 4) + base * 32 + qo
-    tg = T + tok * groups + base + go
-    sg = S + tok * groups + base + go
+    g = base + gi
+    qb = Q32 + tok * (KW32 * 4) + g[:, None] * 32 + j[None, :]
+    tg = T + tok * groups + g
+    sg = S + tok * groups + g
     if EVEN:
         return tl.load(qb), tl.load(qb + 8), tl.load(qb + 16), tl.load(qb + 24), tl.load(tg), tl.load(sg)
     else:
-        wm = (base * 8 + wo) < g1 * 8
-        gm = (base + go) < g1
-        return (tl.load(qb, mask=wm, other=0), tl.load(qb + 8, mask=wm, other=0), tl.load(qb + 16, mask=wm, other=0),
-                tl.load(qb + 24, mask=wm, other=0), tl.load(tg, mask=gm, other=0), tl.load(sg, mask=gm, other=0.0))
+        gm = g < g1
+        return (tl.load(qb, mask=gm[:, None], other=0), tl.load(qb + 8, mask=gm[:, None], other=0),
+                tl.load(qb + 16, mask=gm[:, None], other=0), tl.load(qb + 24, mask=gm[:, None], other=0),
+                tl.load(tg, mask=gm, other=0), tl.load(sg, mask=gm, other=0.0))
 
 
 @triton.jit
-def _act_steps(Q32, T, S, tok0, M, base, wo, go, qo, groups, KW32, g1, MR: tl.constexpr, EVEN: tl.constexpr):
+def _act_steps(Q32, T, S, tok0, M, base, gi, j, groups, KW32, g1, MR: tl.constexpr, EVEN: tl.constexpr):
     acts = ()
     for r in tl.static_range(MR):
-        acts = acts + (_act_step(Q32, T, S, tl.minimum(tok0 + r, M - 1), base, wo, go, qo, groups, KW32, g1, EVEN),)
+        acts = acts + (_act_step(Q32, T, S, tl.minimum(tok0 + r, M - 1), base, gi, j, groups, KW32, g1, EVEN),)
     return acts
 
 
@@ -65,39 +70,40 @@ def _act_steps(Q32, T, S, tok0, M, base, wo, go, qo, groups, KW32, g1, MR: tl.co
 def pq2_gemv_dp4a(Q32, S, T, W32, WS, Y, P, M, N, K, KW32,
                   BN: tl.constexpr, BC: tl.constexpr, MR: tl.constexpr, SPLITS: tl.constexpr,
                   STAGES: tl.constexpr, ASM: tl.constexpr, EVEN: tl.constexpr):
-    # KW32 = K // 16, int32 words per weight row, passed as an int for its divisibility by 16.
+    # KW32 = K // 16 (a quarter of an activation row's int32 words), passed as an int for its
+    # divisibility by 16; W32: the prepared weights as int32 words (block_row).
     # STAGES is unused (kept for the tile table's shape); EVEN: see the module docstring.
     # grid axis 2 = blocks of MR token rows: each weight word is loaded and split into its planes
-    # once for the MR rows, whose accumulators are a tuple (unrolled; no 3-D tile, whose layout
-    # conversions cost more than the sharing saves). M > MR re-reads the weights per block.
+    # once for the MR rows, whose accumulators are a tuple (unrolled; a token axis on the tile
+    # cost more in layout conversions than the sharing saves). M > MR re-reads the weights per block.
     groups = K // 128
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     z = tl.program_id(1)
     tok0 = tl.program_id(2) * MR
-    wo = tl.arange(0, BC * 8)
-    go = tl.arange(0, BC)
-    qo = (wo // 8) * 32 + wo % 8
+    gi = tl.arange(0, BC)
+    j = tl.arange(0, 8)
     per = tl.cdiv(tl.cdiv(groups, BC), SPLITS) * BC  # groups per split, a multiple of BC
     g0 = z * per
     g1 = tl.minimum(groups, g0 + per)
+    wrow = block_row(rows, groups, 8)
     accs = (tl.zeros((BN, BC), tl.float32),) * MR
-    w, ws = _weight_step(W32, WS, rows, g0, wo, go, groups, KW32, g1, N, EVEN)
-    acts = _act_steps(Q32, T, S, tok0, M, g0, wo, go, qo, groups, KW32, g1, MR, EVEN)
+    w, ws = _weight_step(W32, WS, rows, wrow, g0, gi, j, groups, g1, N, EVEN)
+    acts = _act_steps(Q32, T, S, tok0, M, g0, gi, j, groups, KW32, g1, MR, EVEN)
     for base in range(g0, g1, BC):
         # prefetch the next step (the last step reloads itself: no branch, no mask)
         nxt = tl.minimum(base + BC, g1 - BC) if EVEN else base + BC
-        w2, ws2 = _weight_step(W32, WS, rows, nxt, wo, go, groups, KW32, g1, N, EVEN)
-        acts2 = _act_steps(Q32, T, S, tok0, M, nxt, wo, go, qo, groups, KW32, g1, MR, EVEN)
+        w2, ws2 = _weight_step(W32, WS, rows, wrow, nxt, gi, j, groups, g1, N, EVEN)
+        acts2 = _act_steps(Q32, T, S, tok0, M, nxt, gi, j, groups, KW32, g1, MR, EVEN)
         p0, p1, p2, p3 = w & 0x03030303, (w >> 2) & 0x03030303, (w >> 4) & 0x03030303, (w >> 6) & 0x03030303
         wsf = ws.to(tl.float32)
         new = ()
         for r in tl.static_range(MR):
             q0, q1, q2, q3, t, sa = acts[r]
-            d = dp4a(p0, q0[None, :], tl.zeros((BN, BC * 8), tl.int32), ASM)
-            d = dp4a(p1, q1[None, :], d, ASM)
-            d = dp4a(p2, q2[None, :], d, ASM)
-            d = dp4a(p3, q3[None, :], d, ASM)
-            dg = small_int_f32(tl.sum(tl.reshape(d, (BN, BC, 8)), 2), t[None, :])
+            d = dp4a(p0, q0[None, :, :], tl.zeros((BN, BC, 8), tl.int32), ASM)
+            d = dp4a(p1, q1[None, :, :], d, ASM)
+            d = dp4a(p2, q2[None, :, :], d, ASM)
+            d = dp4a(p3, q3[None, :, :], d, ASM)
+            dg = small_int_f32(tl.sum(d, 2), t[None, :])
             new = new + (accs[r] + (dg * sa[None, :]) * wsf,)
         accs = new
         w, ws, acts = w2, ws2, acts2

@@ -28,7 +28,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
 from radiance.kernels.triton.paro_gemv_gluon import finish, program_tile
-from radiance.kernels.triton.pq2_common import group_acc
+from radiance.kernels.triton.pq2_common import block_row, group_acc
 
 NO_COPIES = gl.constexpr(1 << 30)  # program_tile's rotated-copy bounds: pq2 has one activation copy
 
@@ -105,7 +105,7 @@ def _step_loads(Q, S, T, W, WS, g, g1, w_off, u_off, rn, tt, G, GU: gl.constexpr
     for u in gl.static_range(GU):
         gu = gl.minimum(g + u, g1 - 1)
         if WEIGHTS:
-            w = gl.load(W + gu * 8 + w_off)
+            w = gl.load(W + gu * 1024 + w_off)
         else:
             w = 0
         ops = ops + ((w, gl.load(Q + gu * 32 + u_off), gl.load(WS + rn * G + gu).to(gl.float32),
@@ -114,11 +114,11 @@ def _step_loads(Q, S, T, W, WS, g, g1, w_off, u_off, rn, tt, G, GU: gl.constexpr
 
 
 @gluon.jit(do_not_specialize=["M"])
-def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, KW, G, gps, SPLIT,
+def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, G, gps, SPLIT,
                BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, GU: gl.constexpr, RING: gl.constexpr,
                W_L: gl.constexpr, U_L: gl.constexpr):
     # Q: plane-ordered int8 activations as int32 words [M, K / 4]; S / T: their scales and group
-    # sums [M, G]; W: weight bytes as int32 words [N, KW = K / 16]; WS: weight scales [N, G].
+    # sums [M, G]; W: the prepared weights as int32 words (block_row); WS: weight scales [N, G].
     # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens, GU groups per loop step.
     # RING > 0 (GU = 1): the weights go through a cp.async ring of RING shared-memory buffers,
     # RING - 1 groups ahead.
@@ -131,7 +131,7 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, KW, G, gps, SPLIT,
     t0, n0, pid_k, prt, g0, g1 = program_tile(NO_COPIES, NO_COPIES, gps, G, BT, BN)
     # indices clamped into the tensors instead of masked (rows past N / tokens past M are never stored)
     rw = gl.minimum(n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, W_L)), N - 1)
-    w_off = rw[:, None] * KW + gl.arange(0, 8, layout=gl.SliceLayout(0, W_L))[None, :]
+    w_off = block_row(rw, G, 8)[:, None] + gl.arange(0, 8, layout=gl.SliceLayout(0, W_L))[None, :]
     tu = gl.minimum(t0 + gl.arange(0, BT, layout=gl.SliceLayout(0, U_L)), M - 1)
     u_off = tu[None, :] * (K // 4) + gl.arange(0, 32, layout=gl.SliceLayout(1, U_L))[:, None]
     rn = gl.minimum(n0 + gl.arange(0, BN, layout=LN), N - 1)
@@ -144,7 +144,7 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, KW, G, gps, SPLIT,
     if RING > 0:  # each thread reads back only the words it copied: no barrier, only wait_group
         ring = gl.allocate_shared_memory(gl.int32, [RING, BN, 8], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
         for i in gl.static_range(RING - 1):
-            async_copy.async_copy_global_to_shared(ring.index(i), W + gl.minimum(g0 + i, g1 - 1) * 8 + w_off)
+            async_copy.async_copy_global_to_shared(ring.index(i), W + gl.minimum(g0 + i, g1 - 1) * 1024 + w_off)
             async_copy.commit_group()
     nxt = _step_loads(Q, S, T, W, WS, g0, g1, w_off, u_off, rn, tt, G, GU, RING == 0)
     for g in range(g0, g1, GU):
@@ -155,7 +155,7 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, KW, G, gps, SPLIT,
             wr = ring.index((g - g0) % RING).load(W_L)
             # into the buffer read one step ago
             async_copy.async_copy_global_to_shared(ring.index((g - g0 + RING - 1) % RING),
-                                                   W + gl.minimum(g + RING - 1, g1 - 1) * 8 + w_off)
+                                                   W + gl.minimum(g + RING - 1, g1 - 1) * 1024 + w_off)
             async_copy.commit_group()
         for i in gl.static_range(GU):
             if g + i < g1:  # uniform: the last step of a range whose length GU does not divide

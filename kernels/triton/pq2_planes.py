@@ -15,15 +15,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from radiance.kernels.triton.pq2_common import group_acc, plane
+from radiance.kernels.triton.pq2_common import block_row, group_acc, plane
 
 
 @triton.jit(do_not_specialize=["M"])
-def pq2_planes_gemm(Q, S, T, W, WS, Y, P, M, N, K, KW,
+def pq2_planes_gemm(Q, S, T, W, WS, Y, P, M, N, K,
                     BN: tl.constexpr, BT: tl.constexpr, SPLITS: tl.constexpr, STAGES: tl.constexpr,
                     ONE_DOT: tl.constexpr, ASM: tl.constexpr, EVEN_N: tl.constexpr):
-    # KW = K // 4, bytes per weight row, passed as an int so Triton knows its divisibility by 16
-    # (K // 4 computed here would not be, and the weight loads would fall to 4-byte accesses).
+    # W: the prepared weights (pq2_common.block_row), bytes
     groups = K // 128
     n = tl.program_id(0) * BN + tl.arange(0, BN)
     m = tl.program_id(1) * BT + tl.arange(0, BT)
@@ -35,14 +34,14 @@ def pq2_planes_gemm(Q, S, T, W, WS, Y, P, M, N, K, KW,
     g0 = z * per
     g1 = tl.minimum(groups, g0 + per)
     acc = tl.zeros((BN, BT), tl.float32)
-    wrow = W + n[:, None] * KW + b[None, :]
+    wrow = W + block_row(n, groups, 32)[:, None] + b[None, :]
     qcol = Q + m[None, :] * K + b[:, None]
     for g in tl.range(g0, g1, num_stages=STAGES):
         if EVEN_N:  # N % BN == 0: no row masks on the weight stream (they cost ~10% of the loop)
-            w = tl.load(wrow + g * 32)
+            w = tl.load(wrow + g * 4096)
             sw = tl.load(WS + n * groups + g).to(tl.float32)
         else:
-            w = tl.load(wrow + g * 32, mask=nm[:, None], other=0)
+            w = tl.load(wrow + g * 4096, mask=nm[:, None], other=0)
             sw = tl.load(WS + n * groups + g, mask=nm, other=0.0).to(tl.float32)
         if ONE_DOT:
             # the four planes side by side in plane order, one K = 128 dot
