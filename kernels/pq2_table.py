@@ -157,7 +157,11 @@ CANDIDATES: dict[str, list[Tile]] = {
     # run 12: the [BN, BC, 8] tile on the block-major weights puts the warps across groups
     + [Tile(bn=16, bc=8, warps=8), Tile(bn=16, bc=16, warps=8), Tile(bn=32, bc=16, warps=8),
        Tile(bn=16, bc=8, warps=8, splits=2), Tile(bn=16, bc=16, warps=8, splits=2), Tile(bn=16, bc=8, warps=8, splits=4),
-       Tile(bn=64, bc=8, warps=8, splits=2)],
+       Tile(bn=64, bc=8, warps=8, splits=2)]
+    # run 12, call 7: warps >= groups per step keep the activations in the tile's layout (1 conversion
+    # in the loop, 6 for down's 8 x 16 x 4 warps; offline TTGIR) -- and still lose on down (16.1 us
+    # vs 13.4), tie on out
+    + [Tile(bn=8, bc=16, warps=8), Tile(bn=8, bc=8, warps=8), Tile(bn=8, bc=16, warps=8, splits=2)],
     "m1": [],
     "small": [Tile(bn=256, bt=16, splits=s) for s in (1, 2, 4, 8)] + [Tile(bn=128, bt=16, splits=s) for s in (4, 8)]
     + [Tile(bn=64, bt=16, splits=s) for s in (2, 4, 8)]  # more programs in flight: the paroquant deq lesson
