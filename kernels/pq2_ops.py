@@ -18,7 +18,7 @@ import triton
 
 from radiance.kernels import pq2_table as table
 from radiance.kernels.triton import interpreting
-from radiance.kernels.triton.pq2_common import reduce_splits
+from radiance.kernels.triton.pq2_common import ROW_BLOCK, reduce_splits
 from radiance.kernels.triton.pq2_gemv import pq2_gemv_dp4a
 from radiance.kernels.triton.pq2_legacy import pq2_legacy_gemm
 from radiance.kernels.triton.pq2_planes import pq2_planes_gemm
@@ -26,7 +26,6 @@ from radiance.kernels.triton.pq2_quant import GROUP, _quant_groups, quant_grid
 from radiance.kernels.triton.pq2_skinny import skinny_splitk_gemm
 
 INTERPRET = interpreting()  # CPU interpreter: no PTX, no libdevice
-ROW_BLOCK = 128  # rows per block of the prepared weights (pq2_common.block_row)
 QUANT_GB = 4  # groups per quantization program
 REDUCE_BLOCK = 1024
 
@@ -83,10 +82,11 @@ def prepare(qweight: torch.Tensor, scales: torch.Tensor) -> Pq2Layer:
         raise ValueError(f"pq2 qweight on {qweight.device} but scales on {scales.device}")
     if qweight.device.type == "cuda" and qweight.device not in _TICKETS:
         _TICKETS[qweight.device] = torch.zeros(TICKETS, dtype=torch.int32, device=qweight.device)
-    blocks = -(-n // ROW_BLOCK)
-    padded = torch.zeros(blocks * ROW_BLOCK, k // 4, dtype=torch.uint8, device=qweight.device)
+    rows = ROW_BLOCK.value
+    blocks = -(-n // rows)
+    padded = torch.zeros(blocks * rows, k // 4, dtype=torch.uint8, device=qweight.device)
     padded[:n] = qweight
-    blocked = padded.view(blocks, ROW_BLOCK, k // GROUP, 32).transpose(1, 2).contiguous()
+    blocked = padded.view(blocks, rows, k // GROUP, 32).transpose(1, 2).contiguous()
     return Pq2Layer(blocked, scales.to(torch.float16).contiguous(), n, k)
 
 

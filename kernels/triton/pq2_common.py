@@ -9,15 +9,24 @@ import triton.language as tl
 from radiance.kernels.triton.small_int import small_int_f32
 
 
+ROW_BLOCK = tl.constexpr(128)  # rows per block of the prepared weights
+
+
 @triton.jit
 def block_row(n, groups, RW: tl.constexpr):
     # where row n starts in the prepared weights [N/128, G, 128, 32 bytes] (pq2_ops.prepare:
     # blocks of 128 rows, groups major within a block), in elements of RW per group record
-    # (32 bytes or 8 words); group g of the row is g * 128 * RW further. A load of one group for
+    # (32 bytes or 8 words); group g of the row is group_off(g, RW) further. A load of one group for
     # consecutive rows is one contiguous run. Row-major (each row's records K/4 bytes apart),
     # the int8-MMA kernels ran 2-20 % slower; the DP4A GEMV kept its speed once its tile put a
     # warp's 32 lanes on 16 rows of one group (bench/RESULTS.md run 12).
-    return (n // 128) * (groups * (128 * RW)) + (n % 128) * RW
+    return (n // ROW_BLOCK) * (groups * (ROW_BLOCK * RW)) + (n % ROW_BLOCK) * RW
+
+
+@triton.jit
+def group_off(g, RW: tl.constexpr):
+    # group g past block_row's row start: one group step of a block is ROW_BLOCK records
+    return g * (ROW_BLOCK * RW)
 
 
 @triton.jit

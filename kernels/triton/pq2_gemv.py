@@ -22,7 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from radiance.kernels.triton.pq2_common import block_row, dp4a
+from radiance.kernels.triton.pq2_common import block_row, dp4a, group_off
 from radiance.kernels.triton.small_int import small_int_f32
 
 
@@ -30,7 +30,7 @@ from radiance.kernels.triton.small_int import small_int_f32
 def _weight_step(W32, WS, rows, wrow, base, gi, j, groups, g1, N, EVEN: tl.constexpr):
     # one step's weight words [BN, BC, 8] and weight scales [BN, BC]
     g = base + gi
-    wp = W32 + wrow[:, None, None] + (g * 1024)[None, :, None] + j[None, None, :]
+    wp = W32 + wrow[:, None, None] + group_off(g, 8)[None, :, None] + j[None, None, :]
     sp = WS + rows[:, None] * groups + g[None, :]
     if EVEN:
         return tl.load(wp), tl.load(sp)

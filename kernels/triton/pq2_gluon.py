@@ -28,7 +28,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
 from radiance.kernels.triton.paro_gemv_gluon import finish, program_tile
-from radiance.kernels.triton.pq2_common import block_row, group_acc
+from radiance.kernels.triton.pq2_common import block_row, group_acc, group_off
 
 NO_COPIES = gl.constexpr(1 << 30)  # program_tile's rotated-copy bounds: pq2 has one activation copy
 
@@ -105,7 +105,7 @@ def _step_loads(Q, S, T, W, WS, g, g1, w_off, u_off, rn, tt, G, GU: gl.constexpr
     for u in gl.static_range(GU):
         gu = gl.minimum(g + u, g1 - 1)
         if WEIGHTS:
-            w = gl.load(W + gu * 1024 + w_off)
+            w = gl.load(W + group_off(gu, 8) + w_off)
         else:
             w = 0
         ops = ops + ((w, gl.load(Q + gu * 32 + u_off), gl.load(WS + rn * G + gu).to(gl.float32),
@@ -144,7 +144,7 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, G, gps, SPLIT,
     if RING > 0:  # each thread reads back only the words it copied: no barrier, only wait_group
         ring = gl.allocate_shared_memory(gl.int32, [RING, BN, 8], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
         for i in gl.static_range(RING - 1):
-            async_copy.async_copy_global_to_shared(ring.index(i), W + gl.minimum(g0 + i, g1 - 1) * 1024 + w_off)
+            async_copy.async_copy_global_to_shared(ring.index(i), W + group_off(gl.minimum(g0 + i, g1 - 1), 8) + w_off)
             async_copy.commit_group()
     nxt = _step_loads(Q, S, T, W, WS, g0, g1, w_off, u_off, rn, tt, G, GU, RING == 0)
     for g in range(g0, g1, GU):
@@ -155,7 +155,7 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, G, gps, SPLIT,
             wr = ring.index((g - g0) % RING).load(W_L)
             # into the buffer read one step ago
             async_copy.async_copy_global_to_shared(ring.index((g - g0 + RING - 1) % RING),
-                                                   W + gl.minimum(g + RING - 1, g1 - 1) * 1024 + w_off)
+                                                   W + group_off(gl.minimum(g + RING - 1, g1 - 1), 8) + w_off)
             async_copy.commit_group()
         for i in gl.static_range(GU):
             if g + i < g1:  # uniform: the last step of a range whose length GU does not divide

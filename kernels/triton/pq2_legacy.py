@@ -10,7 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from radiance.kernels.triton.pq2_common import block_row, group_acc
+from radiance.kernels.triton.pq2_common import block_row, group_acc, group_off
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -25,7 +25,7 @@ def pq2_legacy_gemm(Q, S, W, WS, Y, M, N, K,
     acc = tl.zeros((BM, BN), tl.float32)
     for g in range(groups):
         q = tl.load(Q + m[:, None] * K + g * 128 + e[None, :], mask=mm[:, None], other=0)
-        wb = tl.load(W + g * 4096 + block_row(n, groups, 32)[:, None] + e[None, :] // 4, mask=nm[:, None], other=0)
+        wb = tl.load(W + group_off(g, 32) + block_row(n, groups, 32)[:, None] + e[None, :] // 4, mask=nm[:, None], other=0)
         c = (((wb.to(tl.int32) >> ((e[None, :] % 4) * 2)) & 3) - 1).to(tl.int8)
         idot = tl.dot(q, tl.trans(c), out_dtype=tl.int32)
         sa = tl.load(S + m * groups + g, mask=mm, other=0.0)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from radiance.kernels.triton.pq2_common import block_row, group_acc, plane
+from radiance.kernels.triton.pq2_common import block_row, group_acc, group_off, plane
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -38,10 +38,10 @@ def pq2_planes_gemm(Q, S, T, W, WS, Y, P, M, N, K,
     qcol = Q + m[None, :] * K + b[:, None]
     for g in tl.range(g0, g1, num_stages=STAGES):
         if EVEN_N:  # N % BN == 0: no row masks on the weight stream (they cost ~10% of the loop)
-            w = tl.load(wrow + g * 4096)
+            w = tl.load(wrow + group_off(g, 32))
             sw = tl.load(WS + n * groups + g).to(tl.float32)
         else:
-            w = tl.load(wrow + g * 4096, mask=nm[:, None], other=0)
+            w = tl.load(wrow + group_off(g, 32), mask=nm[:, None], other=0)
             sw = tl.load(WS + n * groups + g, mask=nm, other=0.0).to(tl.float32)
         if ONE_DOT:
             # the four planes side by side in plane order, one K = 128 dot
