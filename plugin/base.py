@@ -88,7 +88,7 @@ def _require_eager_for_checkall() -> None:
 
 def release(layer: torch.nn.Module, names: tuple[str, ...]) -> None:
     """Empty these parameters of `layer` (dtype and device kept): their storage is freed unless the
-    prepared layer shares it, as pq2's CUDA path does."""
+    prepared layer shares it, as pq2's CUDA path does with fp16 scales (its codes it re-lays)."""
     for name in names:
         param = getattr(layer, name)
         param.data = param.data.new_empty(0)
