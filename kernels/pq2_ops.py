@@ -228,12 +228,15 @@ def _run_gluon(layer, q, a, t, y, m, tile: table.Tile) -> None:
 
 
 def _run_dp4a(layer, q, a, t, y, m, tile: table.Tile) -> None:
+    sub = tile.bn // max(tile.rr, 1)
+    if tile.rr < 1 or tile.bn % tile.rr or sub & (sub - 1):
+        raise table.Pq2ConfigError(f"dp4a tile {tile}: rr must divide bn into power-of-two sub-tiles")
     p = y if tile.splits == 1 else torch.empty((tile.splits, m, layer.n), dtype=torch.float32, device=y.device)
     groups = layer.k // GROUP
     per = -(-(-(-groups // tile.bc)) // tile.splits) * tile.bc  # groups per split, as the kernel computes it
     even = layer.n % tile.bn == 0 and groups % per == 0 and per % tile.bc == 0 and groups // per == tile.splits
     launch = layer.plan(("dp4a", tile, y.dtype), lambda: _Launch(
-        pq2_gemv_dp4a, {"BN": tile.bn, "BC": tile.bc, "MR": tile.mr, "SPLITS": tile.splits, "STAGES": tile.stages,
+        pq2_gemv_dp4a, {"BN": tile.bn, "BC": tile.bc, "MR": tile.mr, "RR": tile.rr, "SPLITS": tile.splits, "STAGES": tile.stages,
                         "ASM": not INTERPRET, "EVEN": even}, tile.warps, 1, tile.maxnreg))
     grid = (triton.cdiv(layer.n, tile.bn), tile.splits, triton.cdiv(m, tile.mr))
     launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, p, m, layer.n, layer.k, layer.k // 16)

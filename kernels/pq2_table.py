@@ -100,6 +100,7 @@ class Tile:
     bt: int = 16  # tokens per program (tensor-core paths)
     bc: int = 8  # groups per step (DP4A GEMV, gluon)
     mr: int = 1  # token rows per program (DP4A GEMV)
+    rr: int = 1  # DP4A GEMV: the bn rows as rr sub-tiles that share each activation load
     splits: int = 1
     warps: int = 4
     stages: int = 3  # pipeline stages (Triton paths); gluon: 1 = the next step in registers, else a cp.async ring
@@ -123,9 +124,14 @@ def tile_class(m: int) -> str:
 # measured winners per (device family, path, n, k, tile class): bench/RESULTS.md (pq2) (H200, 2026-11-29,
 # run 3: the fastest tile summed over the class's M values; run 4 re-swept the small band at M=2,8,16;
 # 2026-11-30 run 7: the one-dot tiles won the small, mid and large classes on the four 27B shapes)
-# run 12 (the [BN, BC, 8] GEMV tile on block-major weights): 8-16 rows per program
-_WIDE = Tile(bn=16, bc=8)
-_NARROW = Tile(bn=8, bc=16)
+# run 12 (the [BN, BC, 8] GEMV tile on block-major weights): 8-16 rows per program; run 13: two row
+# sub-tiles sharing each activation load (rr 2) -6 % on gate_up, -4 % on down, -9 % on lm_head, qkv
+# ties, out loses 4 % (it keeps 8 rows)
+_WIDE = Tile(bn=16, bc=8, rr=2)
+_NARROW = Tile(bn=16, bc=16, warps=8, rr=2)
+# token rows (the DP4A GEMV at M > 1: sm_75's small band) keep run 12's single sub-tile
+_ROWS_WIDE = Tile(bn=16, bc=8)
+_ROWS_NARROW = Tile(bn=8, bc=16)
 # run 8: 32-token blocks on 128 weight rows beat 64 x 64 by 7-38 % at M = 32..64 (gate_up M=64 124 -> 87 us)
 _MID2 = Tile(bn=128, bt=32, splits=2, one_dot=True)
 _MID4 = Tile(bn=128, bt=32, splits=4, one_dot=True)
@@ -136,10 +142,10 @@ _S8 = Tile(bn=128, bt=16, splits=8, one_dot=True)
 _G128 = Tile(bn=128, bt=8, bc=2, stages=1)
 TUNED: dict[tuple[str, str, int, int, str], Tile] = {}
 for (_n, _k), (_m1, _small, _mid, _gluon) in {
-    (34816, 5120): (Tile(bn=8, bc=8), _S4, _MID2, _G128),  # gate_up
+    (34816, 5120): (_WIDE, _S4, _MID2, _G128),  # gate_up
     (5120, 17408): (_NARROW, _S8, _MID4, Tile(bn=64, bt=8, bc=2, splits=8, stages=1)),  # down
     (14336, 5120): (_WIDE, _S4, _MID2, replace(_G128, splits=4)),  # qkv
-    (5120, 6144): (Tile(bn=16, bc=16, warps=8), _S8, _MID4, Tile(bn=64, bt=8, bc=1, splits=8, stages=1)),  # out
+    (5120, 6144): (Tile(bn=8, bc=16, warps=8), _S8, _MID4, Tile(bn=64, bt=8, bc=1, splits=8, stages=1)),  # out
     (248320, 5120): (_WIDE, Tile(bn=256, bt=16), Tile(bn=64, bt=64), _G128),  # lm_head (run 3; gluon run 10)
 }.items():
     TUNED[("sm_90", "dp4a", _n, _k, "m1")] = _m1
@@ -161,7 +167,11 @@ CANDIDATES: dict[str, list[Tile]] = {
     # run 12, call 7: warps >= groups per step keep the activations in the tile's layout (1 conversion
     # in the loop, 6 for down's 8 x 16 x 4 warps; offline TTGIR) -- and still lose on down (16.1 us
     # vs 13.4), tie on out
-    + [Tile(bn=8, bc=16, warps=8), Tile(bn=8, bc=8, warps=8), Tile(bn=8, bc=16, warps=8, splits=2)],
+    + [Tile(bn=8, bc=16, warps=8), Tile(bn=8, bc=8, warps=8), Tile(bn=8, bc=16, warps=8, splits=2)]
+    # run 13: rr row sub-tiles per program, each activation load serving rr weight words per thread
+    + [Tile(bn=16, bc=8, rr=2), Tile(bn=32, bc=8, rr=4), Tile(bn=32, bc=8, rr=2), Tile(bn=16, bc=16, warps=8, rr=2),
+       Tile(bn=32, bc=16, warps=8, rr=4), Tile(bn=64, bc=8, warps=8, rr=4), Tile(bn=32, bc=8, rr=4, splits=2),
+       Tile(bn=32, bc=16, warps=8, rr=4, splits=2)],
     "m1": [],
     "small": [Tile(bn=256, bt=16, splits=s) for s in (1, 2, 4, 8)] + [Tile(bn=128, bt=16, splits=s) for s in (4, 8)]
     + [Tile(bn=64, bt=16, splits=s) for s in (2, 4, 8)]  # more programs in flight: the paroquant deq lesson
@@ -209,9 +219,11 @@ def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family:
     groups = k // 128
     t = TUNED.get((family, path, n, k, tile_class(m)))
     if t is None:
-        if path == "dp4a":  # the H200 sweep (run 12): wide layers 16 rows x 8 groups, narrow ones 8 x 16
-            t = _WIDE if n >= 8192 else _NARROW
-            t = replace(t, mr=1 if m == 1 else 2 if m == 2 else 4)  # token rows sharing each weight word
+        if path == "dp4a":  # the H200 sweeps (runs 12, 13): wide layers 16 rows x 8 groups, narrow ones 16 x 16 (8 warps)
+            if m == 1:
+                t = _WIDE if n >= 8192 else _NARROW
+            else:  # token rows sharing each weight word
+                t = replace(_ROWS_WIDE if n >= 8192 else _ROWS_NARROW, mr=2 if m == 2 else 4)
             # every timed rows tile ran unsplit (its programs already re-use each weight word mr times)
             t = replace(t, splits=_splits_for(-(-n // t.bn), -(-groups // t.bc), sms, 2) if split_k and t.mr == 1 else 1)
         elif path == "planes":

@@ -95,8 +95,9 @@ def test_measured_table_wins():
         del table.TUNED[("sm_test", "planes", 5120, 6144, "small")]
     # the H200 entries: one per measured shape and class, splits only in tuned
     assert table.tile_for("planes", 5120, 17408, 4, 132, True, "sm_90").splits == 8
-    assert table.tile_for("dp4a", 34816, 5120, 1, 132, True, "sm_90") == table.Tile(bn=8, bc=8)
-    assert table.tile_for("dp4a", 34816, 5120, 1, 132, True, "sm_86").bn == 16  # the heuristic: run 12's wide tile
+    assert table.tile_for("dp4a", 34816, 5120, 1, 132, True, "sm_90") == table.Tile(bn=16, bc=8, rr=2)
+    assert table.tile_for("dp4a", 34816, 5120, 1, 132, True, "sm_86").rr == 2  # the heuristic: run 13's wide tile
+    assert table.tile_for("dp4a", 34816, 5120, 3, 132, True, "sm_86") == table.Tile(bn=16, bc=8, mr=4)  # token rows
 
 
 INTERPRETED = textwrap.dedent("""
@@ -114,7 +115,10 @@ INTERPRETED = textwrap.dedent("""
                                 (70, 512, 17, "planes", Tile(bn=32, bt=16, splits=3)),
                                 # past one 128-row block of the prepared weights, the last one partial
                                 (200, 1152, 3, "legacy", None), (200, 1152, 1, "dp4a", Tile(bn=64, bc=2, splits=2)),
-                                (200, 1152, 5, "planes", Tile(bn=64, bt=16, splits=2))]:
+                                (200, 1152, 5, "planes", Tile(bn=64, bt=16, splits=2)),
+                                # row sub-tiles sharing each activation load (with token rows, with split-K)
+                                (64, 1024, 1, "dp4a", Tile(bn=32, bc=4, rr=4)), (64, 1024, 3, "dp4a", Tile(bn=32, bc=4, mr=2, rr=2)),
+                                (200, 1152, 1, "dp4a", Tile(bn=64, bc=2, rr=2, splits=2))]:
         codes = torch.randint(0, 3, (n, k), dtype=torch.uint8)
         qw = pack_ternary(codes)
         x = torch.randint(-127, 128, (m, k)).float()
@@ -126,6 +130,11 @@ INTERPRETED = textwrap.dedent("""
         y = pq2_ops.forward(pq2_ops.prepare(qw, sc), xb, path=path, tile=tile)
         ref = reference.pq2_linear(xb, Pq2Tensors(qw, sc))
         assert ((y - ref).norm() / ref.norm()).item() < 1e-5, (path, n, k, m)
+    try:  # 32 rows do not split into three sub-tiles
+        pq2_ops.forward(pq2_ops.prepare(qw, sc), torch.randn(1, k), path="dp4a", tile=Tile(bn=32, bc=2, rr=3))
+        raise AssertionError("rr=3 must be refused")
+    except ValueError as e:
+        assert "rr" in str(e)
     x = torch.randn(5, 384) * 4
     x[1, :128] = 0
     rq, ra = reference.quant_int8_group(x)

@@ -1,0 +1,142 @@
+"""What an M = 1 linear of each 27B-class layer cannot beat on this GPU, measured (one device call).
+
+The targets compare the M = 1 kernels with a roofline computed from a 1 GiB copy's bandwidth. A
+layer of a few MB is not read at that rate by any kernel (the grid's ramp and tail are a larger
+share), and radiance's linears are two launches (the activation pass, then the GEMV). So, per shape
+and format (pq2 2.125 bits, paroquant 4.25 bits), under CUDA graphs with copies rotated past L2:
+- read: the fastest of a few streaming-read kernels over exactly the layer's weight bytes -- the
+  floor of any one-launch GEMV of the layer;
+- pre: the activation pass alone (pq2: the int8 quantizer; paroquant: the rotation prologue);
+- pair: pre, then read, in one graph -- the floor of any two-launch linear;
+- ours: the shipped M = 1 forward (table tile), cuBLAS bf16 and the copy roofline from this run.
+
+    python bench/floor.py --out DIR      # rows appended to DIR/results.jsonl (path floor_*)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import itertools
+import json
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from timing import copy_bandwidth, graph_time  # bench/ (run from the repo root or bench/)
+
+from radiance.kernels import paro_ops, pq2_ops
+from radiance.kernels.formats.pq2 import pack_ternary
+from radiance.kernels.triton import paro_random as rnd
+from radiance.kernels.triton import paro_rotate as pr
+
+SHAPES = {"gate_up": (34816, 5120), "down": (5120, 17408), "qkv": (14336, 5120), "out": (5120, 6144),
+          "lm_head": (248320, 5120)}
+ROTATE_BYTES = 200 << 20  # > 3x the H200's 60 MB L2
+# (16-byte vectors per step, steps per program, warps): every step's load is issued before the xor
+READ_TILES = list(itertools.product((256, 512, 1024), (1, 2, 4, 8), (4, 8)))
+
+
+@triton.jit
+def stream_read(W, OUT, n_vec, CHUNK: tl.constexpr, STEPS: tl.constexpr):
+    # W read once as [CHUNK, 4] int32 tiles (one 16-byte load per thread and step); the xor keeps
+    # every load live, one word per program is written
+    v = tl.program_id(0) * (CHUNK * STEPS) + tl.arange(0, CHUNK)
+    acc = tl.zeros([CHUNK, 4], tl.int32)
+    for s in tl.static_range(STEPS):
+        o = v + s * CHUNK
+        acc ^= tl.load(W + o[:, None] * 4 + tl.arange(0, 4)[None, :], mask=o[:, None] < n_vec, other=0)
+    tl.store(OUT + tl.program_id(0), tl.xor_sum(tl.xor_sum(acc, 1), 0))
+
+
+def read_fn(buf: torch.Tensor, out: torch.Tensor, tile):
+    chunk, steps, warps = tile
+    n_vec = buf.numel() // 4
+    grid = (triton.cdiv(n_vec, chunk * steps),)
+    return lambda: stream_read[grid](buf, out, n_vec, CHUNK=chunk, STEPS=steps, num_warps=warps)
+
+
+def best_read(nbytes: int) -> tuple[float, tuple]:
+    copies = max(2, math.ceil(ROTATE_BYTES / nbytes))
+    bufs = [torch.randint(-2**31, 2**31 - 1, (nbytes // 4,), dtype=torch.int32, device="cuda") for _ in range(copies)]
+    out = torch.empty(1 << 20, dtype=torch.int32, device="cuda")
+    times = {t: graph_time([read_fn(b, out, t) for b in bufs]) for t in READ_TILES}
+    tile = min(times, key=times.get)
+    return times[tile], tile
+
+
+def pq2_case(n, k):
+    nbytes = n * k // 4 + n * k // 128 * 2
+    copies = max(2, math.ceil(ROTATE_BYTES / nbytes))
+    layers = [pq2_ops.prepare(pack_ternary(torch.randint(0, 3, (n, k), dtype=torch.uint8, device="cuda")),
+                              (torch.rand(n, k // 128, device="cuda") * 0.02 + 1e-3).half()) for _ in range(copies)]
+    xs = [torch.randn(1, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    pre = lambda l, x: pq2_ops.quantize_activations(x, True, l)  # noqa: E731
+    ours = lambda l, x: pq2_ops.forward(l, x)  # noqa: E731
+    return nbytes, layers, xs, pre, ours
+
+
+def paro_case(n, k, gen):
+    nbytes = n * k // 2 + 3 * n * k // 128  # codes, fp16 scales, int8 zero points
+    copies = max(2, math.ceil(ROTATE_BYTES / nbytes))
+    base = paro_ops.prepare(*rnd.merged([rnd.random_layer(n, k, gen)]))
+    layers = [base] + [dataclasses.replace(base, wb=base.wb.clone(), sc=base.sc.clone(), d=base.d.clone(), tiles={})
+                       for _ in range(copies - 1)]
+    xs = [torch.randn(1, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    mode = paro_ops.prologue_mode(paro_ops.tile_for(base, 1).kind, base.i8)
+    pre = lambda l, x: pr.rotate(x, l.tables, mode)  # noqa: E731
+    ours = lambda l, x: paro_ops.forward(l, x)  # noqa: E731
+    return nbytes, layers, xs, pre, ours
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--run", type=int, default=None, help="the RESULTS run number written into each row")
+    args = ap.parse_args()
+    dev = torch.cuda.get_device_properties(0)
+    gpu = f"{dev.name} sm_{dev.major}{dev.minor} {dev.multi_processor_count} SMs"
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    bw = max(copy_bandwidth(), copy_bandwidth())
+    print(f"# {date} {gpu} torch {torch.__version__} copy {bw / 1e9:.0f} GB/s", flush=True)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    jl = open(os.path.join(args.out, "results.jsonl"), "a")
+    out = torch.empty(1 << 20, dtype=torch.int32, device="cuda")
+    for name in args.shapes.split(","):
+        n, k = SHAPES[name]
+        wbf = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(max(2, math.ceil(ROTATE_BYTES / (2 * n * k))))]
+        x1 = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        cub = graph_time([lambda w=w: x1 @ w.t() for w in wbf])
+        del wbf
+        for method, case in (("pq2", lambda: pq2_case(n, k)), ("paroquant", lambda: paro_case(n, k, gen))):
+            if method == "paroquant" and name == "lm_head":
+                continue  # not a paroquant layer in the benchmark
+            nbytes, layers, xs, pre, ours = case()
+            read, tile = best_read(nbytes)
+            bufs = [torch.empty(nbytes // 4, dtype=torch.int32, device="cuda").random_() for _ in range(len(layers))]
+            t_pre = graph_time([lambda l=l, x=xs[i % 4]: pre(l, x) for i, l in enumerate(layers)])
+            reads = [read_fn(b, out, tile) for b in bufs]
+            pair = 2 * graph_time([f for i, l in enumerate(layers)  # graph_time divides by the launch count
+                                   for f in (lambda l=l, x=xs[i % 4]: pre(l, x), reads[i])])
+            t_ours = graph_time([lambda l=l, x=xs[i % 4]: ours(l, x) for i, l in enumerate(layers)])
+            roof = nbytes / bw * 1e6
+            for path, us in (("floor_read", read), ("floor_pre", t_pre), ("floor_pair", pair), ("ours_m1", t_ours)):
+                row = {"date": date, "gpu": gpu, "method": method, "path": path, "N": n, "K": k, "M": 1,
+                       "us": round(us, 2), "roofline_us": round(roof, 2), "cublas_bf16_us": round(cub, 2),
+                       "gemlite_us": None, "tinygemm_us": None, "read_tile": list(tile), "run": args.run}
+                jl.write(json.dumps(row) + "\n")
+            print(f"{method:9s} {name:8s} {nbytes / 1e6:7.1f} MB roof={roof:6.1f} read={read:6.1f} ({read / roof:.2f}x, "
+                  f"{tile}) pre={t_pre:5.1f} pair={pair:6.1f} ours={t_ours:6.1f} (ours/pair {t_ours / pair:.2f}, "
+                  f"ours/read {t_ours / read:.2f}) cublas={cub:6.1f}", flush=True)
+            del layers, bufs
+            torch.cuda.empty_cache()
+    jl.close()
+
+
+if __name__ == "__main__":
+    main()
