@@ -28,6 +28,7 @@ import triton
 import triton.language as tl
 
 from radiance.kernels.formats.paroquant import GROUP_SIZE, unpack_awq
+from radiance.kernels.triton.split_finish import finish_tile
 from radiance.kernels.triton import interpreting
 from radiance.kernels.triton.small_int import small_int_f32
 
@@ -136,35 +137,6 @@ def _fold_group(acc, dg, sc, s, nzs, sr):
 
 
 @triton.jit
-def _finish(acc, Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, pid_k, tile,
-            HAS_BIAS: tl.constexpr):
-    # acc [BM, BN] fp32 (+ bias) -> y, rounded once. Split-K: partial to scratch, then an atomic
-    # ticket; the last program of the tile sums the partials in split order (deterministic) and
-    # resets the ticket.
-    y_ptr = Y + offs_m[:, None] * N + offs_n[None, :]
-    ymask = mmask[:, None] & nmask[None, :]
-    if HAS_BIAS:
-        bias = tl.load(BIAS + offs_n, mask=nmask, other=0.0).to(tl.float32)
-    if SPLIT == 1:
-        if HAS_BIAS:
-            acc += bias[None, :]
-        tl.store(y_ptr, acc.to(Y.dtype.element_ty), mask=ymask)
-    else:
-        mn = M * N
-        part = PART + offs_m[:, None] * N + offs_n[None, :]
-        tl.store(part + pid_k * mn, acc, mask=ymask)
-        ticket = tl.atomic_add(CNT + tile, 1, sem="acq_rel")
-        if ticket == SPLIT - 1:
-            tot = tl.zeros(acc.shape, dtype=tl.float32)
-            for z in range(SPLIT):
-                tot += tl.load(part + z * mn, mask=ymask, other=0.0, cache_modifier=".cg")
-            if HAS_BIAS:
-                tot += bias[None, :]
-            tl.store(y_ptr, tot.to(Y.dtype.element_ty), mask=ymask)
-            tl.atomic_xchg(CNT + tile, 0)
-
-
-@triton.jit
 def _program_tile(M, N, G, pb1, pb2, gps, BM: tl.constexpr, BN: tl.constexpr):
     # This program's rows, columns, partition and K-group range. Merged linears: columns [pb1, pb2)
     # read rotated copy 1 of the activations, [pb2, N) copy 2, chosen per n-block. `tile` numbers
@@ -240,7 +212,7 @@ def _paro_fold_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
             nzs = sc * -tl.load(D + g * N + offs_n, mask=nmask, other=0).to(tl.float32)
             sr = tl.load(RS + s_base + g, mask=mmask, other=0.0)  # S * row sum (paro_rotate)
             acc = _fold_group(acc, dg, sc[:, None], s[None, :], nzs[:, None], sr[None, :])
-    _finish(tl.trans(acc), Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2),
+    finish_tile(tl.trans(acc), Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2),
             tile, HAS_BIAS)
 
 
@@ -283,7 +255,7 @@ def _paro_deq_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb
             lo, hi = _deq_pair_f16(w, zp[None, :], sc[None, :], ASM)
             acc = tl.dot(a_lo, lo, acc)
             acc = tl.dot(a_hi, hi, acc)
-    _finish(acc, Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2), tile, HAS_BIAS)
+    finish_tile(acc, Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2), tile, HAS_BIAS)
 
 
 @triton.jit
@@ -305,7 +277,7 @@ def _paro_deqt_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
         lo, hi = _deq_pair_f16(w, zp[:, None], sc[:, None], ASM)
         acc = tl.dot(lo, a_lo, acc)
         acc = tl.dot(hi, a_hi, acc)
-    _finish(tl.trans(acc), Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2),
+    finish_tile(tl.trans(acc), Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2),
             tile, HAS_BIAS)
 
 
@@ -347,7 +319,7 @@ def _paro_gemv_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
         acc += t * sc[:, :, None]
         accz += (sc * zp) * tl.load(rs_row + g)[:, None]
     y = tl.sum(tl.sum(acc, axis=2), axis=0) - tl.sum(accz, axis=0)
-    _finish(y[None, :], Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2), tile, HAS_BIAS)
+    finish_tile(y[None, :], Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2), tile, HAS_BIAS)
 
 
 KERNELS = {"fold": _paro_fold_kernel, "fold1": _paro_fold_kernel, "deq": _paro_deq_kernel, "deqt": _paro_deqt_kernel,

@@ -19,7 +19,7 @@ flight is not what this loop lacks.
 Arithmetic as in paro_gemm: nibble -> 2^23 + c*16^s by OR-ing an exponent (exact), one subtract,
 one FMA with the plane-ordered, pre-scaled activation (prologue mode ROT32P); per group
 acc += sc * t and the zero point folds as sc * zp * RS / 16 per word (exact: a power of two) so
-every term lives in the one layout. Split-K as `paro_gemm._finish`:
+every term lives in the one layout. Split-K as `split_finish.finish_tile`:
 partials to fp32 scratch, an atomic ticket, the last program sums in split order.
 No tensor-core or sm_90-only instruction: plain loads, integer ops and FMAs.
 """
@@ -170,7 +170,7 @@ def program_tile(pb1, pb2, gps, G, BM: gl.constexpr, BN: gl.constexpr):
 
 @gluon.jit
 def finish(y, bias, Y, PART, CNT, y_off, ymask, M, N, pid_k, SPLIT, HAS_BIAS: gl.constexpr):
-    # y (+ bias) into Y; with split-K (paro_gemm._finish's scheme) the partial into PART, an
+    # y (+ bias) into Y; with split-K (split_finish.finish_tile's scheme) the partial into PART, an
     # atomic ticket per output tile, and the last program sums the partials in split order
     if SPLIT == 1:
         if HAS_BIAS:
