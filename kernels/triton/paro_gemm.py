@@ -28,9 +28,9 @@ import triton
 import triton.language as tl
 
 from radiance.kernels.formats.paroquant import GROUP_SIZE, unpack_awq
-from radiance.kernels.triton.split_finish import finish_tile
 from radiance.kernels.triton import interpreting
 from radiance.kernels.triton.small_int import small_int_f32
+from radiance.kernels.triton.split_finish import finish_tile
 
 INTERPRET = interpreting()  # the CPU interpreter cannot run inline PTX
 
@@ -213,7 +213,7 @@ def _paro_fold_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
             sr = tl.load(RS + s_base + g, mask=mmask, other=0.0)  # S * row sum (paro_rotate)
             acc = _fold_group(acc, dg, sc[:, None], s[None, :], nzs[:, None], sr[None, :])
     finish_tile(tl.trans(acc), Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2),
-            tile, HAS_BIAS)
+                tile, HAS_BIAS)
 
 
 @triton.jit
@@ -278,7 +278,7 @@ def _paro_deqt_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
         acc = tl.dot(lo, a_lo, acc)
         acc = tl.dot(hi, a_hi, acc)
     finish_tile(tl.trans(acc), Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2),
-            tile, HAS_BIAS)
+                tile, HAS_BIAS)
 
 
 @triton.jit

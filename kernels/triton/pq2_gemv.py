@@ -8,8 +8,9 @@ program, MR token rows per program (each word's planes extracted once, four DP4A
 SPLITS > 1 splits the groups (fp32 partials, fixed-order `reduce_splits`).
 
 On an H200 the loop waits on its loads (ncu, RESULTS run 13: the L1 at 75 % of its throughput,
-mostly activation loads; DRAM at 57 %), so it is kept lean and its loads few: EVEN tiles (N % BN == 0, whole steps per split) without masks, and the next step's loads issued
-before this step's arithmetic (register double buffer instead of a shared-memory pipeline).
+mostly activation loads; DRAM at 57 %), so it is kept lean and its loads few: EVEN tiles
+(N % BN == 0, whole steps per split) without masks, and the next step's loads issued before this
+step's arithmetic (register double buffer instead of a shared-memory pipeline).
 The weight tile is [BN, BC, 8] words (row, group, word): with the prepared weights group-major
 within 128-row blocks (pq2_common.block_row), Triton's coalescing puts a warp's lanes on 16 rows
 of one group, a contiguous 512-byte run per load, and the warps across groups, so each thread
