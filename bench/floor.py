@@ -16,27 +16,23 @@ and format (pq2 2.125 bits, paroquant 4.25 bits), under CUDA graphs with copies 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import itertools
 import json
-import math
 import os
 
 import torch
 import triton
 import triton.language as tl
 
-from timing import copy_bandwidth, graph_time  # bench/ (run from the repo root or bench/)
+from bench_paro import share_weights  # bench/ (run from the repo root or bench/)
+from bench_pq2 import SHAPES, copies_for, make_layers
+from timing import copy_bandwidth, graph_time
 
 from radiance.kernels import paro_ops, pq2_ops
-from radiance.kernels.formats.pq2 import pack_ternary
 from radiance.kernels.triton import paro_random as rnd
 from radiance.kernels.triton import paro_rotate as pr
 
-SHAPES = {"gate_up": (34816, 5120), "down": (5120, 17408), "qkv": (14336, 5120), "out": (5120, 6144),
-          "lm_head": (248320, 5120)}
-ROTATE_BYTES = 200 << 20  # > 3x the H200's 60 MB L2
 # (16-byte vectors per step, steps per program, warps): every step's load is issued before the xor
 READ_TILES = list(itertools.product((256, 512, 1024), (1, 2, 4, 8), (4, 8)))
 
@@ -60,10 +56,8 @@ def read_fn(buf: torch.Tensor, out: torch.Tensor, tile):
     return lambda: stream_read[grid](buf, out, n_vec, CHUNK=chunk, STEPS=steps, num_warps=warps)
 
 
-def best_read(nbytes: int) -> tuple[float, tuple]:
-    copies = max(2, math.ceil(ROTATE_BYTES / nbytes))
-    bufs = [torch.randint(-2**31, 2**31 - 1, (nbytes // 4,), dtype=torch.int32, device="cuda") for _ in range(copies)]
-    out = torch.empty(1 << 20, dtype=torch.int32, device="cuda")
+def best_read(bufs: list[torch.Tensor], out: torch.Tensor) -> tuple[float, tuple]:
+    """The fastest READ_TILES entry reading the copies in `bufs` (one per layer copy) in turn."""
     times = {t: graph_time([read_fn(b, out, t) for b in bufs]) for t in READ_TILES}
     tile = min(times, key=times.get)
     return times[tile], tile
@@ -71,26 +65,20 @@ def best_read(nbytes: int) -> tuple[float, tuple]:
 
 def pq2_case(n, k):
     nbytes = n * k // 4 + n * k // 128 * 2
-    copies = max(2, math.ceil(ROTATE_BYTES / nbytes))
-    layers = [pq2_ops.prepare(pack_ternary(torch.randint(0, 3, (n, k), dtype=torch.uint8, device="cuda")),
-                              (torch.rand(n, k // 128, device="cuda") * 0.02 + 1e-3).half()) for _ in range(copies)]
-    xs = [torch.randn(1, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    layers = [layer for layer, _ in make_layers(n, k, copies_for(nbytes))]
     pre = lambda l, x: pq2_ops.quantize_activations(x, True, l)  # noqa: E731
     ours = lambda l, x: pq2_ops.forward(l, x)  # noqa: E731
-    return nbytes, layers, xs, pre, ours
+    return nbytes, layers, pre, ours
 
 
 def paro_case(n, k, gen):
     nbytes = n * k // 2 + 3 * n * k // 128  # codes, fp16 scales, int8 zero points
-    copies = max(2, math.ceil(ROTATE_BYTES / nbytes))
     base = paro_ops.prepare(*rnd.merged([rnd.random_layer(n, k, gen)]))
-    layers = [base] + [dataclasses.replace(base, wb=base.wb.clone(), sc=base.sc.clone(), d=base.d.clone(), tiles={})
-                       for _ in range(copies - 1)]
-    xs = [torch.randn(1, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    layers = share_weights(base, copies_for(nbytes))
     mode = paro_ops.prologue_mode(paro_ops.tile_for(base, 1).kind, base.i8)
     pre = lambda l, x: pr.rotate(x, l.tables, mode)  # noqa: E731
     ours = lambda l, x: paro_ops.forward(l, x)  # noqa: E731
-    return nbytes, layers, xs, pre, ours
+    return nbytes, layers, pre, ours
 
 
 def main():
@@ -109,16 +97,17 @@ def main():
     out = torch.empty(1 << 20, dtype=torch.int32, device="cuda")
     for name in args.shapes.split(","):
         n, k = SHAPES[name]
-        wbf = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(max(2, math.ceil(ROTATE_BYTES / (2 * n * k))))]
+        wbf = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies_for(2 * n * k))]
         x1 = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
         cub = graph_time([lambda w=w: x1 @ w.t() for w in wbf])
         del wbf
         for method, case in (("pq2", lambda: pq2_case(n, k)), ("paroquant", lambda: paro_case(n, k, gen))):
             if method == "paroquant" and name == "lm_head":
                 continue  # not a paroquant layer in the benchmark
-            nbytes, layers, xs, pre, ours = case()
-            read, tile = best_read(nbytes)
+            nbytes, layers, pre, ours = case()
+            xs = [torch.randn(1, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
             bufs = [torch.empty(nbytes // 4, dtype=torch.int32, device="cuda").random_() for _ in range(len(layers))]
+            read, tile = best_read(bufs, out)
             t_pre = graph_time([lambda l=l, x=xs[i % 4]: pre(l, x) for i, l in enumerate(layers)])
             reads = [read_fn(b, out, tile) for b in bufs]
             pair = 2 * graph_time([f for i, l in enumerate(layers)  # graph_time divides by the launch count

@@ -10,14 +10,13 @@ import sys
 import torch
 
 sys.path.insert(0, "bench")
+from bench_pq2 import make_layers  # noqa: E402
 from floor import READ_TILES, read_fn  # noqa: E402
 
 from radiance.kernels import pq2_ops  # noqa: E402
-from radiance.kernels.formats.pq2 import pack_ternary  # noqa: E402
 
 for n, k in ((34816, 5120), (5120, 6144)):
-    layer = pq2_ops.prepare(pack_ternary(torch.randint(0, 3, (n, k), dtype=torch.uint8, device="cuda")),
-                            (torch.rand(n, k // 128, device="cuda") * 0.02 + 1e-3).half())
+    (layer, _), = make_layers(n, k, 1)
     x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
     for _ in range(3):
         pq2_ops.forward(layer, x)

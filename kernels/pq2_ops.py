@@ -228,8 +228,7 @@ def _run_gluon(layer, q, a, t, y, m, tile: table.Tile) -> None:
 
 
 def _run_dp4a(layer, q, a, t, y, m, tile: table.Tile) -> None:
-    sub = tile.bn // max(tile.rr, 1)
-    if tile.rr < 1 or tile.bn % tile.rr or sub & (sub - 1):
+    if tile.rr < 1 or tile.bn % tile.rr or (tile.bn // tile.rr) & (tile.bn // tile.rr - 1):
         raise table.Pq2ConfigError(f"dp4a tile {tile}: rr must divide bn into power-of-two sub-tiles")
     p = y if tile.splits == 1 else torch.empty((tile.splits, m, layer.n), dtype=torch.float32, device=y.device)
     groups = layer.k // GROUP
