@@ -1,19 +1,35 @@
-"""ncu target: the paroquant decode kernels on gate_up (M=1 gemv, M=4 deq), three launches each.
+"""ncu target: the paroquant decode kernels on gate_up -- the table's `mma_gl` (cp.async ring) at
+M = 1 and 8, run 13's M = 1 / 2 tiles (`gemv_gl`, `mma_gl` with the register prefetch) -- and
+bench/floor.py's streaming read of the layer's weight bytes, two launches each.
 
-    ncu --clock-control none -k regex:"_paro_(gemv|deq)" -c 4 --section SpeedOfLight \
-        --section Occupancy --section LaunchStats --section WarpStateStats python3 bench/profile_paro.py
+    ncu --clock-control none -k regex:"paro_(gemv|mma)_gl|stream_read" -c 10 --section SpeedOfLight \
+        --section Occupancy --section WarpStateStats --section SchedulerStats \
+        --section MemoryWorkloadAnalysis --section LaunchStats python3 bench/profile_paro.py
 """
+
+import sys
 
 import torch
 
-from radiance.kernels import paro_ops as ops
-from radiance.kernels.triton import paro_random as rnd
+sys.path.insert(0, "bench")
+from floor import READ_TILES, read_fn  # noqa: E402
 
+from radiance.kernels import paro_ops as ops  # noqa: E402
+from radiance.kernels.triton import paro_random as rnd  # noqa: E402
+
+N, K = 34816, 5120
 gen = torch.Generator(device="cuda").manual_seed(0)
-layer = ops.prepare(*rnd.merged([rnd.random_layer(34816, 5120, gen)]))
-for m in (1, 4):
-    x = torch.randn(m, 5120, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        ops.forward(layer, x)
+layer = ops.prepare(*rnd.merged([rnd.random_layer(N, K, gen)]))
+cases = [(1, None), (1, ops.Tile(1, 128, 4, 3, 6, "gemv_gl")), (1, ops.Tile(8, 256, 4, 1, 8, "mma_gl")), (8, None)]
+for m, tile in cases:
+    x = torch.randn(m, K, device="cuda", dtype=torch.bfloat16)
+    for _ in range(2):
+        ops.forward(layer, x, tile)
+    print("M", m, "tile", tile or ops.tile_for(layer, m), flush=True)
+buf = torch.empty((N * K // 2 + 3 * N * K // 128) // 4, dtype=torch.int32, device="cuda").random_()
+out = torch.empty(1 << 20, dtype=torch.int32, device="cuda")
+assert (1024, 1, 8) in READ_TILES
+for _ in range(2):
+    read_fn(buf, out, (1024, 1, 8))()
 torch.cuda.synchronize()
-print("tile M=1", ops.tile_for(layer, 1), "M=4", ops.tile_for(layer, 4))
+print("done")

@@ -44,6 +44,10 @@ def tiles(m: int, groups: int, kinds: str):
     if m <= 16 and "mma_gl" in kinds:  # tensor-core decode: 8 or 16 tokens per program, m16 row tiles per warp
         for (warps, rt), split in itertools.product(((4, 1), (4, 2), (2, 1), (2, 2), (4, 4), (8, 1)), (1, 2, 4, 8, 16)):
             yield ops.Tile(8 if m <= 8 else 16, 16 * warps * rt, warps, 1, split, "mma_gl")
+    if m <= 16 and "mma_ring" in kinds:  # mma_gl with its weights through a cp.async ring of `stages` buffers
+        for (warps, rt), stages, split in itertools.product(((4, 1), (4, 2), (2, 2), (4, 4), (8, 1)), (2, 3, 4),
+                                                            (2, 4, 8, 16)):
+            yield ops.Tile(8 if m <= 8 else 16, 16 * warps * rt, warps, stages, split, "mma_gl")
     if m == 1 and "gemv," in kinds + ",":
         for bn, warps, stages, gpi, split in itertools.product((16, 32, 64), (2, 4), (1, 2), (1, 2, 4), (1, 2)):
             if groups % gpi == 0 and bn * 16 >= 32 * warps:
@@ -70,7 +74,7 @@ def main() -> None:
     ap.add_argument("--shapes", default="gate_up,down")
     ap.add_argument("--ms", default="1,4")
     ap.add_argument("--kinds", default="gemv_gl",
-                    help="kinds swept (comma list): gemv_gl, gemv_ca, gemv_deep (M <= 4), mma_gl (M <= 16), gemv (M = 1), "
+                    help="kinds swept (comma list): gemv_gl, gemv_ca, gemv_deep (M <= 4), mma_gl, mma_ring (M <= 16), gemv (M = 1), "
                          "deq, deqt (M > 1)")
     args = ap.parse_args()
     gen = torch.Generator(device="cuda").manual_seed(0)

@@ -6,7 +6,7 @@ load time, never inside CUDA-graph capture). `forward(layer, x)` = prologue laun
 
 | capability | M <= RADIANCE_PQ_DECODE_MAX_M | M above |
 |---|---|---|
-| sm_80+ | split-K: W4A16 M = 1 `gemv_gl` (CUDA cores, fp32 activations), M = 2..MMA_GL_MAX_M `mma_gl` (mma.sync, weights unpacked into fragment registers), else `deqt` (W4A8: `deq`) | W4A16: dequant to fp16 scratch + cuBLAS (RADIANCE_PQ_SCRATCH_GEMM); W4A8 (RADIANCE_PQ_I8=1): `fold` tiles |
+| sm_80+ | split-K: W4A16 M = 1..MMA_GL_MAX_M `mma_gl` (mma.sync, weights unpacked into fragment registers, a cp.async ring; RADIANCE_PQ_GEMV picks another M = 1 kernel), else `deqt` (W4A8: `deq`) | W4A16: dequant to fp16 scratch + cuBLAS (RADIANCE_PQ_SCRATCH_GEMM); W4A8 (RADIANCE_PQ_I8=1): `fold` tiles |
 | sm_75 | W4A16 M <= TURING_GEMV_MAX_M: `gemv_gl` (up to 4 rows per program); above: dequant to fp16 scratch + cuBLAS | dequant to fp16 scratch + cuBLAS |
 
 GEMM kinds (triton/paro_gemm.py): `deqt` (W4A16 only: weights dequantized in registers as the
@@ -32,8 +32,8 @@ from radiance.knobs import knob, knob_int
 MAX_PARTS = 3
 W4A16_ONLY = ("deqt", "gemv", "gemv_gl", "gemv_ca", "mma_gl")  # kinds that multiply fp16/fp32 activations only
 GEMV_MAX_M = 1  # W4A16 rows up to this run the Triton CUDA-core gemv (one program per row)
-GEMV_GL_MAX_M = 2  # ... and up to this the Gluon one (all rows in one program), unless mma_gl takes them:
-MMA_GL_MAX_M = 8  # W4A16 rows 2..this on sm_80+: the Gluon tensor-core kind (one program serves 8 tokens)
+GEMV_GL_MAX_M = 2  # ... and up to this the Gluon one (all rows in one program), where mma_gl does not take them:
+MMA_GL_MAX_M = 8  # W4A16 rows 1..this on sm_80+: the Gluon tensor-core kind (one program serves 8 tokens)
 # Below Ampere Triton 3.6 lowers tl.dot to FMA (no tensor cores; offline SASS for sm_75: the deq /
 # deqt / fold tiles spill 300-3700 bytes per thread), so Turing keeps every decode row on the Gluon
 # GEMV (4 rows per program, no spills) up to this M, and above it dequantizes to the scratch for
@@ -68,10 +68,10 @@ def prologue_mode(kind: str, i8: bool) -> int:
 def smem_bytes(t: Tile, act_bytes: int) -> int:
     """Shared memory the GEMM asks for: pipelined weight + activation tiles per stage, plus the
     dequantized weight operand staged once. The Gluon gemv keeps everything in registers (1 KB
-    for its final cross-warp sum); gemv_ca adds its ring of weight tiles."""
-    if t.kind in ("gemv_gl", "mma_gl"):
+    for its final cross-warp sum); gemv_ca and mma_gl with stages > 1 add their ring of weight tiles."""
+    if t.kind == "gemv_gl" or (t.kind == "mma_gl" and t.stages == 1):
         return 1024
-    if t.kind == "gemv_ca":
+    if t.kind in ("gemv_ca", "mma_gl"):
         return 1024 + t.stages * t.gpi * t.bn * 64
     return t.stages * (t.bn * 64 + t.bm * GROUP_SIZE * act_bytes) + t.bn * GROUP_SIZE * act_bytes
 
@@ -123,25 +123,31 @@ def use_int8(cap: tuple[int, int]) -> bool:
     return raw == "1"
 
 
-def gemv_kind() -> str:
-    """The M=1 W4A16 kernel: Gluon on a GPU; the plain Triton one where Gluon cannot run (the
-    CPU interpreter) or when RADIANCE_PQ_GEMV=triton asks for it (paired before/after runs)."""
+def gemv_kind(cap: tuple[int, int]) -> str:
+    """The M = 1 W4A16 kernel: on sm_80+ the tensor-core `mma_gl` (RESULTS run 14: with its weights
+    through a cp.async ring it is ahead of the CUDA-core GEMV on gate_up and qkv, level on down and
+    out), below that the Gluon CUDA-core GEMV, and the plain Triton one where Gluon cannot run (the
+    CPU interpreter). RADIANCE_PQ_GEMV=mma|gluon|triton picks one (paired before/after runs)."""
     raw = knob("RADIANCE_PQ_GEMV")
     interpret = interpreting()
     if raw in (None, ""):
-        return "gemv" if interpret else "gemv_gl"
-    if raw not in ("gluon", "triton"):
-        raise ValueError(f"RADIANCE_PQ_GEMV={raw!r}: use gluon, triton or leave it unset")
-    if raw == "gluon" and interpret:
-        raise ValueError("RADIANCE_PQ_GEMV=gluon: the Triton interpreter cannot run Gluon kernels; "
+        return "gemv" if interpret else "mma_gl" if cap >= (8, 0) else "gemv_gl"
+    if raw not in ("mma", "gluon", "triton"):
+        raise ValueError(f"RADIANCE_PQ_GEMV={raw!r}: use mma, gluon, triton or leave it unset")
+    if raw != "triton" and interpret:
+        raise ValueError(f"RADIANCE_PQ_GEMV={raw}: the Triton interpreter cannot run Gluon kernels; "
                          "unset it or use triton")
-    return "gemv" if raw == "triton" else "gemv_gl"
+    if raw == "mma" and cap < (8, 0):
+        raise ValueError(f"RADIANCE_PQ_GEMV=mma needs mma.sync m16n8k16 (sm_80+); this GPU is "
+                         f"sm_{cap[0]}{cap[1]}: use gluon or leave it unset")
+    return {"mma": "mma_gl", "gluon": "gemv_gl", "triton": "gemv"}[raw]
 
 
 def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8: bool = False) -> Tile:
-    """Split-K tile for the decode band. W4A16: M = 2..MMA_GL_MAX_M on sm_80+ the Gluon tensor-core
-    kind; else with M <= GEMV_GL_MAX_M (Gluon) or GEMV_MAX_M (plain Triton) -- on sm_75 up to
-    TURING_GEMV_MAX_M -- CUDA cores; above, and for W4A8, the Triton tensor-core kinds."""
+    """Split-K tile for the decode band. W4A16: M = 1..MMA_GL_MAX_M on sm_80+ the Gluon tensor-core
+    kind (M = 1: unless RADIANCE_PQ_GEMV picks a CUDA-core GEMV); else with M <= GEMV_GL_MAX_M
+    (Gluon) or GEMV_MAX_M (plain Triton) -- on sm_75 up to TURING_GEMV_MAX_M -- CUDA cores; above,
+    and for W4A8, the Triton tensor-core kinds."""
     # measured on the H200 (bench/sweep_paro_decode.py, RESULTS "paroquant"). Gluon gemv
     # (run 3 sweep): 2 columns x 4 words per thread, 4 warps, everything of the next group prefetched
     # (stages 3), ~12 programs per SM by split-K (gate_up 42.9 µs with BN 128 split 6; down 29.1,
@@ -156,12 +162,17 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
     # down 30.9-33.5 vs 37.7-40.7, qkv 23.8-26.5 vs 30.9-32.8, out 15.5-17.2 vs 18.2-18.8; 4 warps,
     # BN 256 on the widest layers, else 64, split-K to ~8 programs per SM (a power of two, <= 8). At
     # M = 1 gemv_gl stays ahead (gate_up 44.4 vs 45.9), at M = 16 deqt (gate_up 61.4 vs 62.9).
-    if not i8 and 2 <= m <= MMA_GL_MAX_M and cap >= (8, 0) and not interpreting():
-        bn = 256 if n >= 128 * sms else 64
-        want = max(1, min(8, groups // 2, triton.cdiv(8 * sms, triton.cdiv(n, bn))))
-        return Tile(8, bn, 4, 1, 1 << (want.bit_length() - 1), "mma_gl")
+    # Run 14: mma_gl with the weights through a 2-stage cp.async ring (ptxas had sunk the register
+    # prefetch to the loop's end), BN 64 (sweep of 60 ring tiles per shape, M = 1, 2, 8): gate_up
+    # M = 1 41.0 µs (gemv_gl 45.2), M = 2 44.5 (47.6), M = 8 47.3 (52.4) on 2 warps; down / out /
+    # qkv M <= 4 best on 4 warps, qkv M = 8 on 2 (27.4 vs 29.5); split-K rule unchanged.
+    kind1 = gemv_kind(cap) if not i8 and (m == 1 or cap < (8, 0)) else None
+    if not i8 and cap >= (8, 0) and not interpreting() and (2 <= m <= MMA_GL_MAX_M or kind1 == "mma_gl"):
+        warps = 2 if n >= 128 * sms or (m > 4 and n >= 64 * sms) else 4
+        want = max(1, min(8, groups // 2, triton.cdiv(8 * sms, triton.cdiv(n, 64))))
+        return Tile(8, 64, warps, 2, 1 << (want.bit_length() - 1), "mma_gl")
     turing_gemv = cap < (8, 0) and not i8 and m <= TURING_GEMV_MAX_M
-    if not i8 and (m <= GEMV_GL_MAX_M or turing_gemv) and gemv_kind() == "gemv_gl":
+    if not i8 and (m <= GEMV_GL_MAX_M or turing_gemv) and kind1 == "gemv_gl":
         kind, bm, per_sm, gpi, cap_split = "gemv_gl", m if m <= 2 else 4, 12, 1, 8
         # 4 rows x 4 columns per thread would take 251 registers on sm_75 (offline SASS): 2 columns, 128
         bn, warps, stages = (64 if bm == 4 else 128 if m > 1 or n // 64 >= 4 * sms else 64), 4, 3 if m == 1 else 2

@@ -70,7 +70,7 @@ KNOBS: dict[str, Knob] = {
         Knob("RADIANCE_PQ_SCRATCH_GEMM", None, False,
              "NVIDIA paroquant prefill: `1` dequantizes the weight to an fp16 scratch (one copy of the largest layer's weight, reserved at load) and runs cuBLAS, `0` keeps the fused Triton GEMM; unset = scratch for W4A16 on every GPU (measured faster at every prefill M on the H200; on sm_75 also for decode rows above 8, where Triton has no tensor-core dot), the int8 GEMM for W4A8 (`1` with `RADIANCE_PQ_I8=1` is an error)."),
         Knob("RADIANCE_PQ_GEMV", None, False,
-             "NVIDIA paroquant CUDA-core decode GEMV (M = 1; on sm_75 up to 8 rows with `gluon`; M = 2..8 on sm_80+ run the tensor-core `mma_gl` either way): `gluon` (explicit layouts, no shared-memory round trips) or `triton` (the plain Triton kernel, the one the CPU interpreter runs); unset = `gluon` on a GPU, `triton` under `TRITON_INTERPRET=1`."),
+             "NVIDIA paroquant M = 1 W4A16 kernel (M = 2..8 on sm_80+ run the tensor-core `mma_gl` whatever it says; on sm_75 `gluon` takes up to 8 rows): `mma` (mma.sync with the weights unpacked into its fragments, sm_80+), `gluon` (the CUDA-core GEMV, explicit layouts) or `triton` (the plain Triton GEMV, the one the CPU interpreter runs); unset = `mma` on sm_80+, `gluon` on sm_75, `triton` under `TRITON_INTERPRET=1` (bench/RESULTS.md, paroquant run 14)."),
         Knob("RADIANCE_PQ_PG", "0", True,
              "gfx1201: per-group activation scales on the A-tiled prefill band.", "-pg"),
         Knob("RADIANCE_PQ_ZPE", "0", True,

@@ -155,9 +155,10 @@ def test_every_kernel_kind(shape, i8, gen):
                        (16, 1, 2, 1, 1))]
             tiles += [ops.Tile(mr, bn, w, st, split, "gemv_gl") for mr, bn, w, st in
                       ((2, 32, 2, 2), (4, 64, 4, 2), (2, 64, 4, 3), (4, 32, 4, 3), (1, 64, 4, 5), (2, 64, 4, 4))]
-            tiles += [ops.Tile(bt, bn, w, 1, sp, "mma_gl") for bt, bn, w, sp in
-                      ((8, 64, 4, split), (8, 128, 4, split), (16, 64, 4, split), (8, 64, 2, 1), (16, 128, 4, 1),
-                       (8, 32, 2, split))]
+            tiles += [ops.Tile(bt, bn, w, st, sp, "mma_gl") for bt, bn, w, st, sp in  # stages > 1: the cp.async ring
+                      ((8, 64, 4, 1, split), (8, 128, 4, 1, split), (16, 64, 4, 1, split), (8, 64, 2, 1, 1),
+                       (16, 128, 4, 1, 1), (8, 32, 2, 1, split), (8, 64, 4, 3, split), (8, 256, 4, 2, split),
+                       (16, 128, 4, 4, 1), (8, 32, 2, 5, split))]
             tiles += [ops.Tile(mr, bn, w, st, sp, "gemv_ca") for mr, bn, w, st, sp in
                       ((1, 64, 4, 4, split), (1, 32, 4, 2, 1), (2, 64, 4, 3, split), (4, 32, 4, 6, split),
                        (1, 128, 4, 8, split))]
@@ -251,7 +252,7 @@ def test_dispatch_table_row(gen):
                                  torch.cat([t.scales for t in parts], 1), [rnd.rotation_of(t) for t in parts],
                                  [1024, 256, 256])
     bias = torch.randn(1536, device="cuda", dtype=torch.bfloat16)
-    for m in (1, 4, 100):  # gemv_gl, mma_gl, the scratch path: each adds the bias before its one rounding
+    for m in (1, 4, 100):  # mma_gl (M = 1, 4), the scratch path: each adds the bias before its one rounding
         x = torch.randn(m, 2048, device="cuda", dtype=torch.bfloat16)
         y = ops.linear_forward(prep, x, bias)
         ref = rnd.reference_merged(x, parts, None) + bias.float()

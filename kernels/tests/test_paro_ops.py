@@ -52,14 +52,16 @@ def test_turing_decode_rows_stay_on_the_gemv_then_go_to_the_scratch(monkeypatch)
 
 
 @pytest.mark.parametrize("m, n, groups, want", [
-    (2, 34816, 40, ops.Tile(8, 256, 4, 1, 8, "mma_gl")),  # gate_up: 136 column blocks x 8 splits
-    (8, 5120, 136, ops.Tile(8, 64, 4, 1, 8, "mma_gl")),  # down: 80 x 14 wanted, capped at 8
-    (4, 14336, 40, ops.Tile(8, 64, 4, 1, 4, "mma_gl")),  # qkv: 224 x 5 wanted, a power of two below
-    (1, 14336, 40, ops.Tile(1, 64, 4, 3, 8, "gemv_gl")),  # M = 1 stays on the CUDA-core GEMV
+    (1, 34816, 40, ops.Tile(8, 64, 2, 2, 2, "mma_gl")),  # gate_up: 544 column blocks x 2 splits, 2 warps
+    (2, 34816, 40, ops.Tile(8, 64, 2, 2, 2, "mma_gl")),
+    (8, 5120, 136, ops.Tile(8, 64, 4, 2, 8, "mma_gl")),  # down: 80 x 14 wanted, capped at 8
+    (4, 14336, 40, ops.Tile(8, 64, 4, 2, 4, "mma_gl")),  # qkv: 224 x 5 wanted, a power of two below
+    (8, 14336, 40, ops.Tile(8, 64, 2, 2, 4, "mma_gl")),  # ... on 2 warps above M = 4
+    (1, 5120, 48, ops.Tile(8, 64, 4, 2, 8, "mma_gl")),  # out: M = 1 on the tensor cores too
     (16, 5120, 48, ops.Tile(16, 64, 4, 3, 8, "deqt")),  # above MMA_GL_MAX_M the Triton kind
 ])
 def test_h200_decode_table(monkeypatch, m, n, groups, want):
-    # the run 10 sweep's choices on the 27B shapes (132 SMs, sm_90)
+    # the run 14 sweep's choices on the 27B shapes (132 SMs, sm_90)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.delenv("RADIANCE_PQ_GEMV", raising=False)
     assert ops.decode_tile(m, n, groups, 132, (9, 0)) == want
@@ -113,10 +115,12 @@ def test_w4a8_below_ampere_is_refused_not_downgraded(monkeypatch):
         ops.use_int8((7, 5))
 
 
-def test_decode_split_fills_the_gpu_and_respects_groups():
-    # gate_up: the measured wide-layer Gluon gemv tile, ~12 programs per SM by split-K
+def test_decode_split_fills_the_gpu_and_respects_groups(monkeypatch):
+    # gate_up: the measured wide-layer Gluon gemv tile (RADIANCE_PQ_GEMV=gluon), ~12 programs per SM by split-K
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv("RADIANCE_PQ_GEMV", "gluon")
     assert ops.decode_tile(1, 34816, 40, 132, (9, 0)) == ops.Tile(1, 128, 4, 3, 6, "gemv_gl", 1)
-    assert ops.decode_tile(2, 34816, 40, 132, (9, 0)) == ops.Tile(8, 256, 4, 1, 8, "mma_gl")
+    assert ops.decode_tile(2, 34816, 40, 132, (9, 0)) == ops.Tile(8, 64, 2, 2, 2, "mma_gl")  # the knob: M = 1 only
     assert ops.decode_tile(2, 34816, 40, 132, (7, 5)) == ops.Tile(2, 128, 4, 2, 6, "gemv_gl", 1)  # no mma.sync
     assert ops.decode_tile(9, 34816, 40, 132, (9, 0)).kind == "deqt"
     assert ops.decode_tile(9, 34816, 40, 132, (9, 0)).split == 4  # 544 deqt tiles -> ~16 programs per SM
@@ -127,6 +131,8 @@ def test_decode_split_fills_the_gpu_and_respects_groups():
     assert ops.decode_tile(1, 5120, 136, 132, (9, 0), i8=True).kind == "deq"  # gemv is W4A16 only
     assert ops.decode_tile(9, 5120, 136, 132, (9, 0)).bm == 16
     assert ops.decode_tile(1, 128, 2, 132, (9, 0)).split == 1  # never more splits than groups / 2
+    monkeypatch.delenv("RADIANCE_PQ_GEMV")
+    assert ops.decode_tile(1, 128, 2, 132, (9, 0)) == ops.Tile(8, 64, 4, 2, 1, "mma_gl")
     assert ops.decode_tile(40, 5120, 40, 132, (9, 0)).bm == 64
 
 
@@ -184,17 +190,24 @@ def test_empty_batch_and_wrong_width(gen):
 def test_gemv_kind_knob(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.delenv("RADIANCE_PQ_GEMV", raising=False)
-    assert ops.gemv_kind() == "gemv_gl"
+    assert ops.gemv_kind((9, 0)) == "mma_gl" and ops.gemv_kind((8, 6)) == "mma_gl"
+    assert ops.gemv_kind((7, 5)) == "gemv_gl"  # no mma.sync m16n8k16 on Turing
+    monkeypatch.setenv("RADIANCE_PQ_GEMV", "gluon")
+    assert ops.gemv_kind((9, 0)) == "gemv_gl"
     monkeypatch.setenv("RADIANCE_PQ_GEMV", "triton")  # the paired "before" of a benchmark
-    assert ops.gemv_kind() == "gemv"
+    assert ops.gemv_kind((9, 0)) == "gemv"
     assert ops.decode_tile(1, 34816, 40, 132, (9, 0)) == ops.Tile(1, 16, 2, 1, 1, "gemv", 4)
     assert ops.decode_tile(2, 34816, 40, 132, (9, 0)).kind == "mma_gl"  # the knob picks the M = 1 kernel only
+    monkeypatch.setenv("RADIANCE_PQ_GEMV", "mma")
+    with pytest.raises(ValueError, match="RADIANCE_PQ_GEMV=mma needs .* sm_75"):
+        ops.gemv_kind((7, 5))
     monkeypatch.setenv("RADIANCE_PQ_GEMV", "fast")
     with pytest.raises(ValueError, match="RADIANCE_PQ_GEMV='fast'"):
-        ops.gemv_kind()
+        ops.gemv_kind((9, 0))
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("RADIANCE_PQ_GEMV", "gluon")
-    with pytest.raises(ValueError, match="interpreter cannot run Gluon"):
-        ops.gemv_kind()
+    for raw in ("gluon", "mma"):
+        monkeypatch.setenv("RADIANCE_PQ_GEMV", raw)
+        with pytest.raises(ValueError, match="interpreter cannot run Gluon"):
+            ops.gemv_kind((9, 0))
     monkeypatch.delenv("RADIANCE_PQ_GEMV")
-    assert ops.gemv_kind() == "gemv"
+    assert ops.gemv_kind((9, 0)) == "gemv"

@@ -27,7 +27,7 @@ import torch
 
 from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
 from radiance.kernels.triton.paro_gemv_gluon import finish, program_tile
 
@@ -94,9 +94,14 @@ def operand_layouts(bn: int, warps: int, bt: int):
 @gluon.jit
 def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
                 BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, W_L: gl.constexpr, U_L: gl.constexpr,
-                HAS_BIAS: gl.constexpr):
+                RING: gl.constexpr, HAS_BIAS: gl.constexpr):
     # A: the F16GF activations as int32 words [P, M, K / 2]; W: the weight words [G, N, 16];
-    # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens
+    # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens.
+    # RING = 0: the next group's weights load into registers ahead of this group's arithmetic --
+    # but ptxas sinks those loads to the end of the loop body (short live ranges), so each step
+    # starts by waiting a whole DRAM round trip (ncu, RESULTS run 14). RING >= 2: the weights
+    # stream through a cp.async ring of RING shared-memory stages, RING - 1 groups ahead; each
+    # thread reads back only the 16-byte words it copied, so no barrier, only wait_group.
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
     A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     B_L: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
@@ -114,11 +119,26 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
     st_off = (prt * M + tt) * G
 
     acc = gl.zeros([BN, BT], gl.float32, layout=MMA)
-    w = gl.load(W + g0 * N * 16 + w_off)  # the next group's weights and activations load ahead
+    if RING > 0:
+        ring = gl.allocate_shared_memory(gl.int32, [RING, BN, 16], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+        for i in gl.static_range(RING - 1):  # clamped: a copy past the range reloads the last group
+            async_copy.async_copy_global_to_shared(ring.index(i), W + gl.minimum(g0 + i, g1 - 1) * N * 16 + w_off)
+            async_copy.commit_group()
+    else:
+        w = gl.load(W + g0 * N * 16 + w_off)  # the next group's weights and activations load ahead
     u = gl.load(A + g0 * 64 + u_off)
     for g in range(g0, g1):
         gn = gl.minimum(g + 1, g1 - 1)
-        w_nxt = gl.load(W + gn * N * 16 + w_off)
+        if RING > 0:
+            async_copy.wait_group(RING - 2)
+            it = g - g0
+            w = ring.index(it % RING).load(W_L)
+            gw = gl.minimum(g + RING - 1, g1 - 1)  # into the stage read one step ago
+            async_copy.async_copy_global_to_shared(ring.index((it + RING - 1) % RING), W + gw * N * 16 + w_off)
+            async_copy.commit_group()
+            w_nxt = w
+        else:
+            w_nxt = gl.load(W + gn * N * 16 + w_off)
         u_nxt = gl.load(A + gn * 64 + u_off)
         dot = mma_v2(_a_operand(w, BN, A_L), _b_operand(u, BT, B_L), gl.zeros([BN, BT], gl.float32, layout=MMA))
         sc = gl.load(SC + g * N + rn).to(gl.float32)
@@ -128,6 +148,8 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
         acc = gl.fma(dot, sc[:, None] * s[None, :], gl.fma(nzs[:, None], sr[None, :], acc))
         w = w_nxt
         u = u_nxt
+    if RING > 0:  # the clamped copies past the range still land: done before the program exits
+        async_copy.wait_group(0)
 
     cols = n0 + gl.arange(0, BN, layout=LN)
     toks = t0 + gl.arange(0, BT, layout=LT)
@@ -140,9 +162,10 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
     finish(acc, bias, Y, PART, CNT, y_off, ymask, M, N, pid_k, SPLIT, HAS_BIAS)
 
 
-def launch(grid, args, *, bm: int, bn: int, num_warps: int, has_bias: bool):
+def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has_bias: bool):
     """paro_gemm.gemm's launch of the kind `mma_gl` (args: its common argument tuple, the weights
-    as int32 words)."""
+    as int32 words). stages 1: the weights one group ahead in registers; 2+: a cp.async ring of that
+    many shared-memory stages."""
     tiles = bn // (16 * num_warps)  # m16 row tiles per warp
     if bm not in (8, 16) or bn % (16 * num_warps) or tiles & (tiles - 1):
         raise ValueError(f"paroquant mma_gl: bm (tokens) must be 8 or 16 and BN={bn} a power-of-two "
@@ -150,5 +173,5 @@ def launch(grid, args, *, bm: int, bn: int, num_warps: int, has_bias: bool):
     w_l, u_l = operand_layouts(bn, num_warps, bm)
     a, *rest = args
     paro_mma_gl[grid](a.view(torch.int32), *rest, BN=bn, BT=bm, WARPS=num_warps, W_L=w_l, U_L=u_l,
-                      HAS_BIAS=has_bias, num_warps=num_warps)
+                      RING=num_stages if num_stages > 1 else 0, HAS_BIAS=has_bias, num_warps=num_warps)
     return args[6]
