@@ -1,8 +1,9 @@
 """Decode-band tile sweep for the paroquant GEMMs (one device call): the `--kinds` tiles (Gluon
 `gemv_gl` at M <= 4 by default; the Triton `gemv` at M = 1; `deq` split/BN at M > 1) beside the
 table's tile and, at M = 1, the Triton gemv's table tile (the paired "before"), whole forward
-(prologue + GEMM) timed as in bench_paro.py (CUDA graph, weight copies > L2). Prints one line per
-tile and the best per shape.
+(prologue + GEMM) timed as in bench_paro.py (CUDA graph, weight copies > L2), with cuBLAS bf16 and
+the 4.25-bit copy roofline of the same run in every row. Prints one line per tile and the best per
+shape.
 
     python3 bench/sweep_paro_decode.py --out $OUT      # writes $OUT/sweep-paro.jsonl
 """
@@ -18,7 +19,7 @@ import os
 import torch
 
 from bench_paro import ROTATE_BYTES, SHAPES, paro_layers, share_weights
-from timing import graph_time
+from timing import copy_bandwidth, graph_time
 
 from radiance.kernels import paro_ops as ops
 
@@ -44,9 +45,8 @@ def tiles(m: int, groups: int, kinds: str):
     if m <= 16 and "mma_gl" in kinds:  # tensor-core decode: 8 or 16 tokens per program, m16 row tiles per warp
         for (warps, rt), split in itertools.product(((4, 1), (4, 2), (2, 1), (2, 2), (4, 4), (8, 1)), (1, 2, 4, 8, 16)):
             yield ops.Tile(8 if m <= 8 else 16, 16 * warps * rt, warps, 1, split, "mma_gl")
-    if m <= 16 and "mma_ring" in kinds:  # mma_gl with its weights through a cp.async ring of `stages` buffers
-        for (warps, rt), stages, split in itertools.product(((4, 1), (4, 2), (2, 2), (4, 4), (8, 1)), (2, 3, 4),
-                                                            (2, 4, 8, 16)):
+    if m <= 16 and "mma_ring" in kinds:  # mma_gl through a cp.async ring (stages 3+: everything, not only the weights)
+        for (warps, rt), stages, split in itertools.product(((4, 1), (4, 2), (2, 2)), (2, 3, 4), (2, 4, 8, 16)):
             yield ops.Tile(8 if m <= 8 else 16, 16 * warps * rt, warps, stages, split, "mma_gl")
     if m == 1 and "gemv," in kinds + ",":
         for bn, warps, stages, gpi, split in itertools.product((16, 32, 64), (2, 4), (1, 2), (1, 2, 4), (1, 2)):
@@ -79,13 +79,17 @@ def main() -> None:
     args = ap.parse_args()
     gen = torch.Generator(device="cuda").manual_seed(0)
     path = os.path.join(args.out, "sweep-paro.jsonl")
+    bw = max(copy_bandwidth(), copy_bandwidth())
     for name in args.shapes.split(","):
         sizes, k = SHAPES[name]
         n = sum(sizes)
         copies = max(2, math.ceil(ROTATE_BYTES / (n * k * 4.25 / 8)))
         layers = share_weights(paro_layers(sizes, k, 1, gen, False)[0], copies)
+        roof = n * k * 4.25 / 8 / bw * 1e6
+        wbf = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(max(2, math.ceil(ROTATE_BYTES / (2 * n * k))))]
         for m in map(int, args.ms.split(",")):
             xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+            cub = graph_time([lambda w=w, x=xs[i % 4]: x @ w.t() for i, w in enumerate(wbf)])
             table = ops.tile_for(layers[0], m)
             os.environ["RADIANCE_PQ_GEMV"] = "triton"  # the plain Triton gemv's table tile: the paired "before"
             before = [ops.decode_tile(m, n, k // 128, layers[0].sms, layers[0].cap)] if m == 1 else []
@@ -102,9 +106,11 @@ def main() -> None:
                 scratch = t is table and m > ops.scratch_min_m(layers[0]) and layers[0].scratch_prefill
                 with open(path, "a") as f:
                     f.write(json.dumps({"shape": name, "N": n, "K": k, "M": m, "us": round(us, 2), "table": t is table,
-                                        "tile": "scratch+cuBLAS" if scratch else str(t)}) + "\n")
+                                        "tile": "scratch+cuBLAS" if scratch else str(t), "roofline_us": round(roof, 2),
+                                        "cublas_bf16_us": round(cub, 2)}) + "\n")
             res.sort(key=lambda r: r[0])
-            print(f"{name} M={m}: table {res and [u for u, t in res if t is table]} best:", flush=True)
+            print(f"{name} M={m}: roof {roof:.1f} cuBLAS {cub:.1f} table {res and [u for u, t in res if t is table]} best:",
+                  flush=True)
             for us, t in res[:6] if m <= 64 else res:
                 print(f"   {us:7.1f}  {t}", flush=True)
 

@@ -162,15 +162,16 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
     # down 30.9-33.5 vs 37.7-40.7, qkv 23.8-26.5 vs 30.9-32.8, out 15.5-17.2 vs 18.2-18.8; 4 warps,
     # BN 256 on the widest layers, else 64, split-K to ~8 programs per SM (a power of two, <= 8). At
     # M = 1 gemv_gl stays ahead (gate_up 44.4 vs 45.9), at M = 16 deqt (gate_up 61.4 vs 62.9).
-    # Run 14: mma_gl with the weights through a 2-stage cp.async ring (ptxas had sunk the register
-    # prefetch to the loop's end), BN 64 (sweep of 60 ring tiles per shape, M = 1, 2, 8): gate_up
-    # M = 1 41.0 µs (gemv_gl 45.2), M = 2 44.5 (47.6), M = 8 47.3 (52.4) on 2 warps; down / out /
-    # qkv M <= 4 best on 4 warps, qkv M = 8 on 2 (27.4 vs 29.5); split-K rule unchanged.
+    # Run 14: mma_gl through a cp.async ring (ptxas had sunk the register prefetch to the loop's
+    # end), BN 64, split-K rule unchanged. M = 1: the weights only, 2 stages (gate_up 41.0 µs vs
+    # gemv_gl 45.2), 2 warps on the widest layers, else 4. M >= 2: everything through a 3-stage
+    # ring on 2 warps (M = 8: gate_up 40.2 vs 47.2 with the weights only, down 27.4 vs 32.0, qkv
+    # 23.4 vs 27.2, out 15.8 vs 17.9).
     kind1 = gemv_kind(cap) if not i8 and (m == 1 or cap < (8, 0)) else None
     if not i8 and cap >= (8, 0) and not interpreting() and (2 <= m <= MMA_GL_MAX_M or kind1 == "mma_gl"):
-        warps = 2 if n >= 128 * sms or (m > 4 and n >= 64 * sms) else 4
+        warps, stages = (2 if n >= 128 * sms else 4, 2) if m == 1 else (2, 3)
         want = max(1, min(8, groups // 2, triton.cdiv(8 * sms, triton.cdiv(n, 64))))
-        return Tile(8, 64, warps, 2, 1 << (want.bit_length() - 1), "mma_gl")
+        return Tile(8, 64, warps, stages, 1 << (want.bit_length() - 1), "mma_gl")
     turing_gemv = cap < (8, 0) and not i8 and m <= TURING_GEMV_MAX_M
     if not i8 and (m <= GEMV_GL_MAX_M or turing_gemv) and kind1 == "gemv_gl":
         kind, bm, per_sm, gpi, cap_split = "gemv_gl", m if m <= 2 else 4, 12, 1, 8

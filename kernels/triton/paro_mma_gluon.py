@@ -94,14 +94,16 @@ def operand_layouts(bn: int, warps: int, bt: int):
 @gluon.jit
 def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
                 BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, W_L: gl.constexpr, U_L: gl.constexpr,
-                RING: gl.constexpr, HAS_BIAS: gl.constexpr):
+                RING: gl.constexpr, ALL: gl.constexpr, HAS_BIAS: gl.constexpr):
     # A: the F16GF activations as int32 words [P, M, K / 2]; W: the weight words [G, N, 16];
     # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens.
     # RING = 0: the next group's weights load into registers ahead of this group's arithmetic --
     # but ptxas sinks those loads to the end of the loop body (short live ranges), so each step
     # starts by waiting a whole DRAM round trip (ncu, RESULTS run 14). RING >= 2: the weights
-    # stream through a cp.async ring of RING shared-memory stages, RING - 1 groups ahead; each
-    # thread reads back only the 16-byte words it copied, so no barrier, only wait_group.
+    # stream through a cp.async ring of RING shared-memory stages, RING - 1 groups ahead (each
+    # thread reads back only the 16-byte words it copied). ALL: the activation words, scales,
+    # zero points and the tokens' scales / sums ride in the same ring (copied cooperatively, so
+    # Triton's barriers order them); their register loads were the next wait (M = 8: -12 to -15 %).
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
     A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     B_L: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
@@ -119,35 +121,80 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
     st_off = (prt * M + tt) * G
 
     acc = gl.zeros([BN, BT], gl.float32, layout=MMA)
+    if ALL:  # the activations, scales and zero points through the ring too (copied cooperatively)
+        CU: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, WARPS], [0, 1])  # [64, BT] 16 bytes each
+        CS: gl.constexpr = gl.BlockedLayout([8], [32], [WARPS], [0])  # [BN] fp16 scales, 16 bytes each
+        CD: gl.constexpr = gl.BlockedLayout([16], [32], [WARPS], [0])  # [BN] int8 zero points
+        CT: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])  # [BT] fp32 scales / sums
+        # tokens past M are not fetched (zero-filled; their columns are never stored): at M = 1 a
+        # step copies one token's 256 bytes, not BT of them
+        tc = t0 + gl.arange(0, BT, layout=gl.SliceLayout(0, CU))
+        u_cp = (prt * M + gl.minimum(tc, M - 1))[None, :] * (K // 2) + gl.arange(0, 64, layout=gl.SliceLayout(1, CU))[:, None]
+        u_ok = (tc < M)[None, :]
+        ns = n0 + gl.arange(0, BN, layout=CS)
+        nd = n0 + gl.arange(0, BN, layout=CD)
+        tt_cp = t0 + gl.arange(0, BT, layout=CT)
+        t_cp = (prt * M + gl.minimum(tt_cp, M - 1)) * G
+        t_ok = tt_cp < M
+        L1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+        ring_u = gl.allocate_shared_memory(gl.int32, [RING, 64, BT], gl.SwizzledSharedLayout(1, 1, 1, order=[0, 1]))
+        ring_sc = gl.allocate_shared_memory(SC.dtype.element_ty, [RING, BN], L1)
+        ring_d = gl.allocate_shared_memory(D.dtype.element_ty, [RING, BN], L1)
+        ring_s = gl.allocate_shared_memory(gl.float32, [RING, BT], L1)
+        ring_rs = gl.allocate_shared_memory(gl.float32, [RING, BT], L1)
     if RING > 0:
         ring = gl.allocate_shared_memory(gl.int32, [RING, BN, 16], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
         for i in gl.static_range(RING - 1):  # clamped: a copy past the range reloads the last group
-            async_copy.async_copy_global_to_shared(ring.index(i), W + gl.minimum(g0 + i, g1 - 1) * N * 16 + w_off)
+            gc = gl.minimum(g0 + i, g1 - 1)
+            async_copy.async_copy_global_to_shared(ring.index(i), W + gc * N * 16 + w_off)
+            if ALL:
+                async_copy.async_copy_global_to_shared(ring_u.index(i), A + gc * 64 + u_cp, mask=u_ok)
+                async_copy.async_copy_global_to_shared(ring_sc.index(i), SC + gc * N + ns, mask=ns < N)
+                async_copy.async_copy_global_to_shared(ring_d.index(i), D + gc * N + nd, mask=nd < N)
+                async_copy.async_copy_global_to_shared(ring_s.index(i), S + t_cp + gc, mask=t_ok)
+                async_copy.async_copy_global_to_shared(ring_rs.index(i), RS + t_cp + gc, mask=t_ok)
             async_copy.commit_group()
     else:
         w = gl.load(W + g0 * N * 16 + w_off)  # the next group's weights and activations load ahead
-    u = gl.load(A + g0 * 64 + u_off)
+    if not ALL:
+        u = gl.load(A + g0 * 64 + u_off)
     for g in range(g0, g1):
         gn = gl.minimum(g + 1, g1 - 1)
         if RING > 0:
             async_copy.wait_group(RING - 2)
             it = g - g0
             w = ring.index(it % RING).load(W_L)
+            if ALL:
+                u = ring_u.index(it % RING).load(U_L)
+                sc = ring_sc.index(it % RING).load(LN).to(gl.float32)
+                nzs = sc * -ring_d.index(it % RING).load(LN).to(gl.float32)
+                s = ring_s.index(it % RING).load(LT)
+                sr = ring_rs.index(it % RING).load(LT)
             gw = gl.minimum(g + RING - 1, g1 - 1)  # into the stage read one step ago
-            async_copy.async_copy_global_to_shared(ring.index((it + RING - 1) % RING), W + gw * N * 16 + w_off)
+            nxt = (it + RING - 1) % RING
+            async_copy.async_copy_global_to_shared(ring.index(nxt), W + gw * N * 16 + w_off)
+            if ALL:
+                async_copy.async_copy_global_to_shared(ring_u.index(nxt), A + gw * 64 + u_cp, mask=u_ok)
+                async_copy.async_copy_global_to_shared(ring_sc.index(nxt), SC + gw * N + ns, mask=ns < N)
+                async_copy.async_copy_global_to_shared(ring_d.index(nxt), D + gw * N + nd, mask=nd < N)
+                async_copy.async_copy_global_to_shared(ring_s.index(nxt), S + t_cp + gw, mask=t_ok)
+                async_copy.async_copy_global_to_shared(ring_rs.index(nxt), RS + t_cp + gw, mask=t_ok)
             async_copy.commit_group()
             w_nxt = w
         else:
             w_nxt = gl.load(W + gn * N * 16 + w_off)
-        u_nxt = gl.load(A + gn * 64 + u_off)
+        if not ALL:
+            u_nxt = gl.load(A + gn * 64 + u_off)
         dot = mma_v2(_a_operand(w, BN, A_L), _b_operand(u, BT, B_L), gl.zeros([BN, BT], gl.float32, layout=MMA))
-        sc = gl.load(SC + g * N + rn).to(gl.float32)
-        nzs = sc * -gl.load(D + g * N + rn).to(gl.float32)
-        s = gl.load(S + st_off + g)
-        sr = gl.load(RS + st_off + g)
+        if not ALL:
+            sc = gl.load(SC + g * N + rn).to(gl.float32)
+            nzs = sc * -gl.load(D + g * N + rn).to(gl.float32)
+            s = gl.load(S + st_off + g)
+            sr = gl.load(RS + st_off + g)
         acc = gl.fma(dot, sc[:, None] * s[None, :], gl.fma(nzs[:, None], sr[None, :], acc))
         w = w_nxt
-        u = u_nxt
+        if not ALL:
+            u = u_nxt
     if RING > 0:  # the clamped copies past the range still land: done before the program exits
         async_copy.wait_group(0)
 
@@ -164,8 +211,10 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
 
 def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has_bias: bool):
     """paro_gemm.gemm's launch of the kind `mma_gl` (args: its common argument tuple, the weights
-    as int32 words). stages 1: the weights one group ahead in registers; 2+: a cp.async ring of that
-    many shared-memory stages."""
+    as int32 words). stages 1: the weights one group ahead in registers; 2: the weights through a
+    2-stage cp.async ring; 3+: a ring of that many stages carrying the activations, scales and zero
+    points too (where N is a multiple of 16: cp.async moves 4 bytes or more, and an fp16 scale row
+    of another N starts off 16-byte alignment; else the weights only)."""
     tiles = bn // (16 * num_warps)  # m16 row tiles per warp
     if bm not in (8, 16) or bn % (16 * num_warps) or tiles & (tiles - 1):
         raise ValueError(f"paroquant mma_gl: bm (tokens) must be 8 or 16 and BN={bn} a power-of-two "
@@ -173,5 +222,6 @@ def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has
     w_l, u_l = operand_layouts(bn, num_warps, bm)
     a, *rest = args
     paro_mma_gl[grid](a.view(torch.int32), *rest, BN=bn, BT=bm, WARPS=num_warps, W_L=w_l, U_L=u_l,
-                      RING=num_stages if num_stages > 1 else 0, HAS_BIAS=has_bias, num_warps=num_warps)
+                      RING=num_stages if num_stages > 1 else 0, ALL=num_stages > 2 and args[11] % 16 == 0,
+                      HAS_BIAS=has_bias, num_warps=num_warps)
     return args[6]
