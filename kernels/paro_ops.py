@@ -68,9 +68,12 @@ def prologue_mode(kind: str, i8: bool) -> int:
 def smem_bytes(t: Tile, act_bytes: int) -> int:
     """Shared memory the GEMM asks for: pipelined weight + activation tiles per stage, plus the
     dequantized weight operand staged once. The Gluon gemv keeps everything in registers (1 KB
-    for its final cross-warp sum); gemv_ca and mma_gl with stages > 1 add their ring of weight tiles."""
+    for its final cross-warp sum); gemv_ca and mma_gl with stages > 1 add their ring of weight tiles
+    (mma_gl from 3 stages: also the activation words, scales, zero points and token scales / sums)."""
     if t.kind == "gemv_gl" or (t.kind == "mma_gl" and t.stages == 1):
         return 1024
+    if t.kind == "mma_gl" and t.stages > 2:
+        return 1024 + t.stages * (t.bn * 64 + t.bm * 256 + t.bn * 3 + t.bm * 8)
     if t.kind in ("gemv_ca", "mma_gl"):
         return 1024 + t.stages * t.gpi * t.bn * 64
     return t.stages * (t.bn * 64 + t.bm * GROUP_SIZE * act_bytes) + t.bn * GROUP_SIZE * act_bytes
@@ -162,16 +165,17 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
     # down 30.9-33.5 vs 37.7-40.7, qkv 23.8-26.5 vs 30.9-32.8, out 15.5-17.2 vs 18.2-18.8; 4 warps,
     # BN 256 on the widest layers, else 64, split-K to ~8 programs per SM (a power of two, <= 8). At
     # M = 1 gemv_gl stays ahead (gate_up 44.4 vs 45.9), at M = 16 deqt (gate_up 61.4 vs 62.9).
-    # Run 14: mma_gl through a cp.async ring (ptxas had sunk the register prefetch to the loop's
-    # end), BN 64, split-K rule unchanged. M = 1: the weights only, 2 stages (gate_up 41.0 µs vs
-    # gemv_gl 45.2), 2 warps on the widest layers, else 4. M >= 2: everything through a 3-stage
-    # ring on 2 warps (M = 8: gate_up 40.2 vs 47.2 with the weights only, down 27.4 vs 32.0, qkv
-    # 23.4 vs 27.2, out 15.8 vs 17.9).
+    # Run 14: mma_gl through a 4-stage cp.async ring carrying the weights, activations, scales and
+    # zero points (ptxas had sunk the register prefetch to the loop's end); two m16 row tiles per
+    # warp: BN 128 on 4 warps on the widest layers (the program's activation copy shared by more
+    # rows), else BN 64 on 2; split-K from the BN-64 block count as before. Call 6 (M = 1 / 2 / 4 / 8,
+    # µs, against the 3-stage BN-64 table of call 5): gate_up 39.8 / 40.3 / 41.2 / 42.4 (41.9 / 45.4 /
+    # 45.6 / 45.4), down 26.3 / 27.4 / 27.6 / 27.9 (28.0 / 27.4 / 28.0 / 28.4), qkv and out within 3 %.
     kind1 = gemv_kind(cap) if not i8 and (m == 1 or cap < (8, 0)) else None
     if not i8 and cap >= (8, 0) and not interpreting() and (2 <= m <= MMA_GL_MAX_M or kind1 == "mma_gl"):
-        warps, stages = (2 if n >= 128 * sms else 4, 2) if m == 1 else (2, 3)
+        bn, warps = (128, 4) if n >= 128 * sms else (64, 2)
         want = max(1, min(8, groups // 2, triton.cdiv(8 * sms, triton.cdiv(n, 64))))
-        return Tile(8, 64, warps, stages, 1 << (want.bit_length() - 1), "mma_gl")
+        return fit_tile(Tile(8, bn, warps, 4, 1 << (want.bit_length() - 1), "mma_gl"), smem_limit(cap))
     turing_gemv = cap < (8, 0) and not i8 and m <= TURING_GEMV_MAX_M
     if not i8 and (m <= GEMV_GL_MAX_M or turing_gemv) and kind1 == "gemv_gl":
         kind, bm, per_sm, gpi, cap_split = "gemv_gl", m if m <= 2 else 4, 12, 1, 8

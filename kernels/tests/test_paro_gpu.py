@@ -158,7 +158,7 @@ def test_every_kernel_kind(shape, i8, gen):
             tiles += [ops.Tile(bt, bn, w, st, sp, "mma_gl") for bt, bn, w, st, sp in  # stages > 1: the cp.async ring
                       ((8, 64, 4, 1, split), (8, 128, 4, 1, split), (16, 64, 4, 1, split), (8, 64, 2, 1, 1),
                        (16, 128, 4, 1, 1), (8, 32, 2, 1, split), (8, 64, 4, 3, split), (8, 256, 4, 2, split),
-                       (16, 128, 4, 4, 1), (8, 32, 2, 5, split), (8, 64, 2, 3, split), (8, 64, 2, 2, split))]
+                       (16, 128, 4, 4, 1), (8, 32, 2, 5, split), (8, 64, 2, 4, split), (8, 128, 4, 4, split), (8, 64, 2, 2, split))]
             tiles += [ops.Tile(mr, bn, w, st, sp, "gemv_ca") for mr, bn, w, st, sp in
                       ((1, 64, 4, 4, split), (1, 32, 4, 2, 1), (2, 64, 4, 3, split), (4, 32, 4, 6, split),
                        (1, 128, 4, 8, split))]

@@ -52,12 +52,12 @@ def test_turing_decode_rows_stay_on_the_gemv_then_go_to_the_scratch(monkeypatch)
 
 
 @pytest.mark.parametrize("m, n, groups, want", [
-    (1, 34816, 40, ops.Tile(8, 64, 2, 2, 2, "mma_gl")),  # gate_up: 544 column blocks x 2 splits, 2 warps
-    (2, 34816, 40, ops.Tile(8, 64, 2, 3, 2, "mma_gl")),  # M >= 2: a 3-stage ring of everything
-    (8, 5120, 136, ops.Tile(8, 64, 2, 3, 8, "mma_gl")),  # down: 80 x 14 wanted, capped at 8
-    (4, 14336, 40, ops.Tile(8, 64, 2, 3, 4, "mma_gl")),  # qkv: 224 x 5 wanted, a power of two below
-    (1, 14336, 40, ops.Tile(8, 64, 4, 2, 4, "mma_gl")),  # M = 1: the weights only, 4 warps below the widest
-    (1, 5120, 48, ops.Tile(8, 64, 4, 2, 8, "mma_gl")),  # out: M = 1 on the tensor cores too
+    (1, 34816, 40, ops.Tile(8, 128, 4, 4, 2, "mma_gl")),  # gate_up: 272 column blocks x 2 splits, 4 warps
+    (2, 34816, 40, ops.Tile(8, 128, 4, 4, 2, "mma_gl")),
+    (8, 5120, 136, ops.Tile(8, 64, 2, 4, 8, "mma_gl")),  # down: 80 x 14 wanted, capped at 8
+    (4, 14336, 40, ops.Tile(8, 64, 2, 4, 4, "mma_gl")),  # qkv: 224 x 5 wanted, a power of two below
+    (1, 14336, 40, ops.Tile(8, 64, 2, 4, 4, "mma_gl")),  # M = 1 the same ring
+    (1, 5120, 48, ops.Tile(8, 64, 2, 4, 8, "mma_gl")),  # out: M = 1 on the tensor cores too
     (16, 5120, 48, ops.Tile(16, 64, 4, 3, 8, "deqt")),  # above MMA_GL_MAX_M the Triton kind
 ])
 def test_h200_decode_table(monkeypatch, m, n, groups, want):
@@ -120,7 +120,7 @@ def test_decode_split_fills_the_gpu_and_respects_groups(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setenv("RADIANCE_PQ_GEMV", "gluon")
     assert ops.decode_tile(1, 34816, 40, 132, (9, 0)) == ops.Tile(1, 128, 4, 3, 6, "gemv_gl", 1)
-    assert ops.decode_tile(2, 34816, 40, 132, (9, 0)) == ops.Tile(8, 64, 2, 3, 2, "mma_gl")  # the knob: M = 1 only
+    assert ops.decode_tile(2, 34816, 40, 132, (9, 0)) == ops.Tile(8, 128, 4, 4, 2, "mma_gl")  # the knob: M = 1 only
     assert ops.decode_tile(2, 34816, 40, 132, (7, 5)) == ops.Tile(2, 128, 4, 2, 6, "gemv_gl", 1)  # no mma.sync
     assert ops.decode_tile(9, 34816, 40, 132, (9, 0)).kind == "deqt"
     assert ops.decode_tile(9, 34816, 40, 132, (9, 0)).split == 4  # 544 deqt tiles -> ~16 programs per SM
@@ -132,7 +132,7 @@ def test_decode_split_fills_the_gpu_and_respects_groups(monkeypatch):
     assert ops.decode_tile(9, 5120, 136, 132, (9, 0)).bm == 16
     assert ops.decode_tile(1, 128, 2, 132, (9, 0)).split == 1  # never more splits than groups / 2
     monkeypatch.delenv("RADIANCE_PQ_GEMV")
-    assert ops.decode_tile(1, 128, 2, 132, (9, 0)) == ops.Tile(8, 64, 4, 2, 1, "mma_gl")
+    assert ops.decode_tile(1, 128, 2, 132, (9, 0)) == ops.Tile(8, 64, 2, 4, 1, "mma_gl")
     assert ops.decode_tile(40, 5120, 40, 132, (9, 0)).bm == 64
 
 
