@@ -1,5 +1,5 @@
 """The paroquant decode GEMM on the tensor cores in Gluon (kind `mma_gl`, M <= 16, sm_80+): weight
-words unpacked straight into the registers of mma.sync m16n8k16's A operand.
+words unpacked straight into the registers of mma.sync m16n8k16's A operand, fed by a cp.async ring.
 
 Why: the CUDA-core gemv issues ~4.4 instructions per weight nibble (unpack, exact subtract, FMA),
 close to the issue budget the weight stream leaves (RESULTS run 10). Here the MMA does the
@@ -20,6 +20,11 @@ Arithmetic: the A operand is c - 8 (exact in fp16), the B operand the F16G codes
 scaled per (row, group) by a power of two S), so the MMA's fp32 group dot is sum (c - 8) q and
 acc += dot * (sc * S) - (sc * d) * RS with RS = S * sum q from the prologue (paro_gemm's fold).
 Split-K: paro_gemv_gluon.finish (partials, an atomic ticket, the last program sums in split order).
+
+Feeding it: loads meant for the next group are moved by ptxas next to their use (RESULTS run 14),
+so the operands go through shared memory instead -- a ring of `stages` buffers filled by cp.async
+`stages - 1` groups ahead: the weights alone at 2 stages, from 3 also the activation words, scales,
+zero points and the tokens' scales / sums (the table's choice: 4 stages).
 """
 import functools
 
