@@ -79,6 +79,22 @@ def _b_operand(u, BT: gl.constexpr, B_L: gl.constexpr):
     return gl.convert_layout(gl.reshape(j, [128, BT]), B_L, assert_trivial=True)
 
 
+@gluon.jit
+def _ring_fill(ring, ring_u, ring_sc, ring_d, ring_s, ring_rs, i, g, W, A, SC, D, S, RS, N, w_off, u_cp, u_ok, ns, nd,
+               t_cp, t_ok, ALL: gl.constexpr):
+    # group g's operands into stage i of the ring, as one commit group: the weights (each thread
+    # the words it reads back), with ALL also the activation words, scales, zero points and the
+    # tokens' scales / sums (tokens past M and rows past N zero-filled, not fetched)
+    async_copy.async_copy_global_to_shared(ring.index(i), W + g * N * 16 + w_off)
+    if ALL:
+        async_copy.async_copy_global_to_shared(ring_u.index(i), A + g * 64 + u_cp, mask=u_ok)
+        async_copy.async_copy_global_to_shared(ring_sc.index(i), SC + g * N + ns, mask=ns < N)
+        async_copy.async_copy_global_to_shared(ring_d.index(i), D + g * N + nd, mask=nd < N)
+        async_copy.async_copy_global_to_shared(ring_s.index(i), S + t_cp + g, mask=t_ok)
+        async_copy.async_copy_global_to_shared(ring_rs.index(i), RS + t_cp + g, mask=t_ok)
+    async_copy.commit_group()
+
+
 @functools.cache  # built once per tile: the launcher hashes them on every call
 def operand_layouts(bn: int, warps: int, bt: int):
     """The load layouts of the weight words [bn, 16] (lane (g, q) holds words 4q..4q+3 of rows g
@@ -147,18 +163,13 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
         ring_d = gl.allocate_shared_memory(D.dtype.element_ty, [RING, BN], L1)
         ring_s = gl.allocate_shared_memory(gl.float32, [RING, BT], L1)
         ring_rs = gl.allocate_shared_memory(gl.float32, [RING, BT], L1)
+    else:  # placeholders: _ring_fill touches them only with ALL
+        ring_u, ring_sc, ring_d, ring_s, ring_rs, u_cp, u_ok, ns, nd, t_cp, t_ok = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
     if RING > 0:
         ring = gl.allocate_shared_memory(gl.int32, [RING, BN, 16], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
         for i in gl.static_range(RING - 1):  # clamped: a copy past the range reloads the last group
-            gc = gl.minimum(g0 + i, g1 - 1)
-            async_copy.async_copy_global_to_shared(ring.index(i), W + gc * N * 16 + w_off)
-            if ALL:
-                async_copy.async_copy_global_to_shared(ring_u.index(i), A + gc * 64 + u_cp, mask=u_ok)
-                async_copy.async_copy_global_to_shared(ring_sc.index(i), SC + gc * N + ns, mask=ns < N)
-                async_copy.async_copy_global_to_shared(ring_d.index(i), D + gc * N + nd, mask=nd < N)
-                async_copy.async_copy_global_to_shared(ring_s.index(i), S + t_cp + gc, mask=t_ok)
-                async_copy.async_copy_global_to_shared(ring_rs.index(i), RS + t_cp + gc, mask=t_ok)
-            async_copy.commit_group()
+            _ring_fill(ring, ring_u, ring_sc, ring_d, ring_s, ring_rs, i, gl.minimum(g0 + i, g1 - 1), W, A, SC, D, S,
+                       RS, N, w_off, u_cp, u_ok, ns, nd, t_cp, t_ok, ALL)
     else:
         w = gl.load(W + g0 * N * 16 + w_off)  # the next group's weights and activations load ahead
     if not ALL:
@@ -175,16 +186,9 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
                 nzs = sc * -ring_d.index(it % RING).load(LN).to(gl.float32)
                 s = ring_s.index(it % RING).load(LT)
                 sr = ring_rs.index(it % RING).load(LT)
-            gw = gl.minimum(g + RING - 1, g1 - 1)  # into the stage read one step ago
-            nxt = (it + RING - 1) % RING
-            async_copy.async_copy_global_to_shared(ring.index(nxt), W + gw * N * 16 + w_off)
-            if ALL:
-                async_copy.async_copy_global_to_shared(ring_u.index(nxt), A + gw * 64 + u_cp, mask=u_ok)
-                async_copy.async_copy_global_to_shared(ring_sc.index(nxt), SC + gw * N + ns, mask=ns < N)
-                async_copy.async_copy_global_to_shared(ring_d.index(nxt), D + gw * N + nd, mask=nd < N)
-                async_copy.async_copy_global_to_shared(ring_s.index(nxt), S + t_cp + gw, mask=t_ok)
-                async_copy.async_copy_global_to_shared(ring_rs.index(nxt), RS + t_cp + gw, mask=t_ok)
-            async_copy.commit_group()
+            # into the stage read one step ago
+            _ring_fill(ring, ring_u, ring_sc, ring_d, ring_s, ring_rs, (it + RING - 1) % RING, gl.minimum(g + RING - 1, g1 - 1),
+                       W, A, SC, D, S, RS, N, w_off, u_cp, u_ok, ns, nd, t_cp, t_ok, ALL)
             w_nxt = w
         else:
             w_nxt = gl.load(W + gn * N * 16 + w_off)
