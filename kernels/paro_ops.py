@@ -127,10 +127,10 @@ def use_int8(cap: tuple[int, int]) -> bool:
 
 
 def gemv_kind(cap: tuple[int, int]) -> str:
-    """The M = 1 W4A16 kernel: on sm_80+ the tensor-core `mma_gl` (RESULTS run 14: with its weights
-    through a cp.async ring it is ahead of the CUDA-core GEMV on gate_up and qkv, level on down and
-    out), below that the Gluon CUDA-core GEMV, and the plain Triton one where Gluon cannot run (the
-    CPU interpreter). RADIANCE_PQ_GEMV=mma|gluon|triton picks one (paired before/after runs)."""
+    """The M = 1 W4A16 kernel: on sm_80+ the tensor-core `mma_gl` (RESULTS run 14: fed by a cp.async
+    ring it is ahead of the CUDA-core GEMV on gate_up, down and qkv, ~3 % behind on out), below that
+    the Gluon CUDA-core GEMV, and the plain Triton one where Gluon cannot run (the CPU interpreter).
+    RADIANCE_PQ_GEMV=mma|gluon|triton picks one (paired before/after runs)."""
     raw = knob("RADIANCE_PQ_GEMV")
     interpret = interpreting()
     if raw in (None, ""):
@@ -169,7 +169,7 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
     # zero points (ptxas had sunk the register prefetch to the loop's end); two m16 row tiles per
     # warp: BN 128 on 4 warps on the widest layers (the program's activation copy shared by more
     # rows), else BN 64 on 2; split-K from the BN-64 block count as before. Call 6 (M = 1 / 2 / 4 / 8,
-    # µs, against the 3-stage BN-64 table of call 5): gate_up 39.8 / 40.3 / 41.2 / 42.4 (41.9 / 45.4 /
+    # µs; in brackets the table it replaced, a 3-stage BN-64 ring, timed in the same call): gate_up 39.8 / 40.3 / 41.2 / 42.4 (41.9 / 45.4 /
     # 45.6 / 45.4), down 26.3 / 27.4 / 27.6 / 27.9 (28.0 / 27.4 / 28.0 / 28.4), qkv and out within 3 %.
     kind1 = gemv_kind(cap) if not i8 and (m == 1 or cap < (8, 0)) else None
     if not i8 and cap >= (8, 0) and not interpreting() and (2 <= m <= MMA_GL_MAX_M or kind1 == "mma_gl"):
