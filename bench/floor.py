@@ -63,8 +63,25 @@ def best_read(bufs: list[torch.Tensor], out: torch.Tensor) -> tuple[float, tuple
     return times[tile], tile
 
 
+def pq2_bytes(n, k):
+    return n * k // 4 + n * k // 128 * 2  # 2-bit codes, fp16 scales per 128-group
+
+
+def paro_bytes(n, k):
+    return n * k // 2 + 3 * n * k // 128  # codes, fp16 scales, int8 zero points
+
+
+def read_target(nbytes, launches, tile=(1024, 1, 8)):
+    """An ncu target (bench/profile_*.py): `launches` streaming reads of nbytes of random words."""
+    assert tile in READ_TILES
+    buf = torch.empty(nbytes // 4, dtype=torch.int32, device="cuda").random_()
+    out = torch.empty(1 << 20, dtype=torch.int32, device="cuda")
+    for _ in range(launches):
+        read_fn(buf, out, tile)()
+
+
 def pq2_case(n, k):
-    nbytes = n * k // 4 + n * k // 128 * 2
+    nbytes = pq2_bytes(n, k)
     layers = [layer for layer, _ in make_layers(n, k, copies_for(nbytes))]
     pre = lambda l, x: pq2_ops.quantize_activations(x, True, l)  # noqa: E731
     ours = lambda l, x: pq2_ops.forward(l, x)  # noqa: E731
@@ -72,7 +89,7 @@ def pq2_case(n, k):
 
 
 def paro_case(n, k, gen):
-    nbytes = n * k // 2 + 3 * n * k // 128  # codes, fp16 scales, int8 zero points
+    nbytes = paro_bytes(n, k)
     base = paro_ops.prepare(*rnd.merged([rnd.random_layer(n, k, gen)]))
     layers = share_weights(base, copies_for(nbytes))
     mode = paro_ops.prologue_mode(paro_ops.tile_for(base, 1).kind, base.i8)

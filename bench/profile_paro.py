@@ -12,7 +12,7 @@ import sys
 import torch
 
 sys.path.insert(0, "bench")
-from floor import READ_TILES, read_fn  # noqa: E402
+from floor import paro_bytes, read_target  # noqa: E402
 
 from radiance.kernels import paro_ops as ops  # noqa: E402
 from radiance.kernels.triton import paro_random as rnd  # noqa: E402
@@ -26,10 +26,6 @@ for m, tile in cases:
     for _ in range(2):
         ops.forward(layer, x, tile)
     print("M", m, "tile", tile or ops.tile_for(layer, m), flush=True)
-buf = torch.empty((N * K // 2 + 3 * N * K // 128) // 4, dtype=torch.int32, device="cuda").random_()
-out = torch.empty(1 << 20, dtype=torch.int32, device="cuda")
-assert (1024, 1, 8) in READ_TILES
-for _ in range(2):
-    read_fn(buf, out, (1024, 1, 8))()
+read_target(paro_bytes(N, K), 2)
 torch.cuda.synchronize()
 print("done")

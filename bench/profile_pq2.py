@@ -11,7 +11,7 @@ import torch
 
 sys.path.insert(0, "bench")
 from bench_pq2 import make_layers  # noqa: E402
-from floor import READ_TILES, read_fn  # noqa: E402
+from floor import pq2_bytes, read_target  # noqa: E402
 
 from radiance.kernels import pq2_ops  # noqa: E402
 
@@ -20,10 +20,6 @@ for n, k in ((34816, 5120), (5120, 6144)):
     x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
     for _ in range(3):
         pq2_ops.forward(layer, x)
-buf = torch.empty((34816 * 5120 // 4 + 34816 * 40 * 2) // 4, dtype=torch.int32, device="cuda").random_()
-out = torch.empty(1 << 20, dtype=torch.int32, device="cuda")
-assert (1024, 1, 8) in READ_TILES
-for _ in range(3):
-    read_fn(buf, out, (1024, 1, 8))()
+read_target(pq2_bytes(34816, 5120), 3)
 torch.cuda.synchronize()
 print("done")

@@ -83,9 +83,9 @@ def main() -> None:
     for name in args.shapes.split(","):
         sizes, k = SHAPES[name]
         n = sum(sizes)
-        copies = max(2, math.ceil(ROTATE_BYTES / (n * k * 4.25 / 8)))
-        layers = share_weights(paro_layers(sizes, k, 1, gen, False)[0], copies)
-        roof = n * k * 4.25 / 8 / bw * 1e6
+        wbytes = n * k * 4.25 / 8
+        layers = share_weights(paro_layers(sizes, k, 1, gen, False)[0], max(2, math.ceil(ROTATE_BYTES / wbytes)))
+        roof = wbytes / bw * 1e6
         wbf = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(max(2, math.ceil(ROTATE_BYTES / (2 * n * k))))]
         for m in map(int, args.ms.split(",")):
             xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
