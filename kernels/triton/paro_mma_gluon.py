@@ -175,7 +175,7 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
     if not ALL:
         u = gl.load(A + g0 * 64 + u_off)
     for g in range(g0, g1):
-        gn = gl.minimum(g + 1, g1 - 1)
+        gn = gl.minimum(g + 1, g1 - 1)  # the next group (register prefetch and activations outside the ring)
         if RING > 0:
             async_copy.wait_group(RING - 2)
             it = g - g0
@@ -189,8 +189,7 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
             # into the stage read one step ago
             _ring_fill(ring, ring_u, ring_sc, ring_d, ring_s, ring_rs, (it + RING - 1) % RING, gl.minimum(g + RING - 1, g1 - 1),
                        W, A, SC, D, S, RS, N, w_off, u_cp, u_ok, ns, nd, t_cp, t_ok, ALL)
-            w_nxt = w
-        else:
+        if RING == 0:
             w_nxt = gl.load(W + gn * N * 16 + w_off)
         if not ALL:
             u_nxt = gl.load(A + gn * 64 + u_off)
@@ -201,7 +200,8 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
             s = gl.load(S + st_off + g)
             sr = gl.load(RS + st_off + g)
         acc = gl.fma(dot, sc[:, None] * s[None, :], gl.fma(nzs[:, None], sr[None, :], acc))
-        w = w_nxt
+        if RING == 0:
+            w = w_nxt
         if not ALL:
             u = u_nxt
     if RING > 0:  # the clamped copies past the range still land: done before the program exits
