@@ -24,13 +24,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from safetensors import safe_open
 from safetensors.torch import save_file
 
 from radiance import atomic
 from radiance.kernels.formats import paroquant as paro_fmt
 from radiance.kernels.formats import pq2 as pq2_fmt
+from radiance.progress import bar as progress_bar
 from radiance.quantize import rtn
 
 DEFAULT_SKIP = (r"(^|\.)embed_tokens$", r"(^|\.)lm_head$", r"norm", r"(^|\.)visual\.")
@@ -156,7 +157,7 @@ def _quantize_checkpoint(src: Path, out: Path, opts: QuantizeOptions, progress: 
         raise QuantizeError(f"{src}: no linear layer left to quantize (all matched the skip regexes)")
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     weight_map: dict[str, str] = {}
-    with atomic.directory(out) as build, Progress(*cols, disable=not progress, transient=True) as bar:
+    with atomic.directory(out) as build, progress_bar(*cols, enabled=progress) as bar:
         task = bar.add_task(f"quantizing to {opts.format}", total=len(plan))
         for shard in shards:
             tensors: dict[str, torch.Tensor] = {}

