@@ -8,6 +8,8 @@ and format (pq2 2.125 bits, paroquant 4.25 bits), under CUDA graphs with copies 
   floor of any one-launch GEMV of the layer;
 - pre: the activation pass alone (pq2: the int8 quantizer; paroquant: the rotation prologue);
 - pair: pre, then read, in one graph -- the floor of any two-launch linear;
+- gemm: the shipped GEMM alone on activations prepared once (ours minus the activation pass:
+  what the GEMM costs over the read, and what the second launch adds);
 - ours: the shipped M = 1 forward (table tile), cuBLAS bf16 and the copy roofline from this run.
 
     python bench/floor.py --out DIR      # rows appended to DIR/results.jsonl (path floor_*)
@@ -85,7 +87,13 @@ def pq2_case(n, k):
     layers = [layer for layer, _ in make_layers(n, k, copies_for(nbytes))]
     pre = lambda l, x: pq2_ops.quantize_activations(x, True, l)  # noqa: E731
     ours = lambda l, x: pq2_ops.forward(l, x)  # noqa: E731
-    return nbytes, layers, pre, ours
+
+    def gemm(layer, x):
+        path, tile = pq2_ops.choose(layer, 1, x.device)
+        q, a, t = pq2_ops.quantize_activations(x, path != "legacy", layer)
+        y = torch.empty(1, n, dtype=x.dtype, device=x.device)
+        return lambda: pq2_ops.gemm_quantized(layer, path, tile, q, a, t, y)
+    return nbytes, layers, pre, ours, gemm
 
 
 def paro_case(n, k, gen):
@@ -95,7 +103,12 @@ def paro_case(n, k, gen):
     mode = paro_ops.prologue_mode(paro_ops.tile_for(base, 1).kind, base.i8)
     pre = lambda l, x: pr.rotate(x, l.tables, mode)  # noqa: E731
     ours = lambda l, x: paro_ops.forward(l, x)  # noqa: E731
-    return nbytes, layers, pre, ours
+
+    def gemm(layer, x):
+        t = paro_ops.tile_for(layer, 1)
+        a, s, rs = pr.rotate(x, layer.tables, mode)
+        return lambda: paro_ops.gemm_rotated(layer, a, s, rs, x.dtype, t)
+    return nbytes, layers, pre, ours, gemm
 
 
 def main():
@@ -121,7 +134,7 @@ def main():
         for method, case in (("pq2", lambda: pq2_case(n, k)), ("paroquant", lambda: paro_case(n, k, gen))):
             if method == "paroquant" and name == "lm_head":
                 continue  # not a paroquant layer in the benchmark
-            nbytes, layers, pre, ours = case()
+            nbytes, layers, pre, ours, gemm = case()
             xs = [torch.randn(1, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
             bufs = [torch.empty(nbytes // 4, dtype=torch.int32, device="cuda").random_() for _ in range(len(layers))]
             read, tile = best_read(bufs, out)
@@ -130,14 +143,16 @@ def main():
             pair = 2 * graph_time([f for i, l in enumerate(layers)  # graph_time divides by the launch count
                                    for f in (lambda l=l, x=xs[i % 4]: pre(l, x), reads[i])])
             t_ours = graph_time([lambda l=l, x=xs[i % 4]: ours(l, x) for i, l in enumerate(layers)])
+            t_gemm = graph_time([gemm(l, xs[i % 4]) for i, l in enumerate(layers)])
             roof = nbytes / bw * 1e6
-            for path, us in (("floor_read", read), ("floor_pre", t_pre), ("floor_pair", pair), ("ours_m1", t_ours)):
+            for path, us in (("floor_read", read), ("floor_pre", t_pre), ("floor_pair", pair), ("gemm_m1", t_gemm),
+                             ("ours_m1", t_ours)):
                 row = {"date": date, "gpu": gpu, "method": method, "path": path, "N": n, "K": k, "M": 1,
                        "us": round(us, 2), "roofline_us": round(roof, 2), "cublas_bf16_us": round(cub, 2),
                        "gemlite_us": None, "tinygemm_us": None, "read_tile": list(tile), "run": args.run}
                 jl.write(json.dumps(row) + "\n")
             print(f"{method:9s} {name:8s} {nbytes / 1e6:7.1f} MB roof={roof:6.1f} read={read:6.1f} ({read / roof:.2f}x, "
-                  f"{tile}) pre={t_pre:5.1f} pair={pair:6.1f} ours={t_ours:6.1f} (ours/pair {t_ours / pair:.2f}, "
+                  f"{tile}) pre={t_pre:5.1f} pair={pair:6.1f} gemm={t_gemm:6.1f} ours={t_ours:6.1f} (ours/pair {t_ours / pair:.2f}, "
                   f"ours/read {t_ours / read:.2f}) cublas={cub:6.1f}", flush=True)
             del layers, bufs
             torch.cuda.empty_cache()

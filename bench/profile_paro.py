@@ -1,6 +1,7 @@
-"""ncu target: the paroquant decode kernels on gate_up -- the table's `mma_gl` (cp.async ring) at
-M = 1 and 8, run 13's M = 1 / 2 tiles (`gemv_gl`, `mma_gl` with the register prefetch) -- and
-bench/floor.py's streaming read of the layer's weight bytes, two launches each.
+"""ncu target: the paroquant decode kernels -- on gate_up the table's `mma_gl` (cp.async ring) at
+M = 1 and 8 and run 13's M = 1 / 2 tiles (`gemv_gl`, `mma_gl` with the register prefetch); on the
+other shapes named in argv 1 (bench_pq2.SHAPES names, comma list; default gate_up) the table's tile
+at M = 1 -- and bench/floor.py's streaming read of each layer's weight bytes, two launches each.
 
     ncu --clock-control none -k regex:"paro_(gemv|mma)_gl|stream_read" -c 10 --section SpeedOfLight \
         --section Occupancy --section WarpStateStats --section SchedulerStats \
@@ -17,15 +18,21 @@ from floor import paro_bytes, read_target  # noqa: E402
 from radiance.kernels import paro_ops as ops  # noqa: E402
 from radiance.kernels.triton import paro_random as rnd  # noqa: E402
 
-N, K = 34816, 5120
+from bench_pq2 import SHAPES  # noqa: E402
+
 gen = torch.Generator(device="cuda").manual_seed(0)
-layer = ops.prepare(*rnd.merged([rnd.random_layer(N, K, gen)]))
-cases = [(1, None), (1, ops.Tile(1, 128, 4, 3, 6, "gemv_gl")), (1, ops.Tile(8, 256, 4, 1, 8, "mma_gl")), (8, None)]
-for m, tile in cases:
-    x = torch.randn(m, K, device="cuda", dtype=torch.bfloat16)
-    for _ in range(2):
-        ops.forward(layer, x, tile)
-    print("M", m, "tile", tile or ops.tile_for(layer, m), flush=True)
-read_target(paro_bytes(N, K), 2)
+for name in (sys.argv[1] if len(sys.argv) > 1 else "gate_up").split(","):
+    N, K = SHAPES[name]
+    layer = ops.prepare(*rnd.merged([rnd.random_layer(N, K, gen)]))
+    cases = [(1, None)]
+    if name == "gate_up":
+        cases += [(1, ops.Tile(1, 128, 4, 3, 6, "gemv_gl")), (1, ops.Tile(8, 256, 4, 1, 8, "mma_gl")), (8, None)]
+    for m, tile in cases:
+        x = torch.randn(m, K, device="cuda", dtype=torch.bfloat16)
+        for _ in range(2):
+            ops.forward(layer, x, tile)
+        print(name, "M", m, "tile", tile or ops.tile_for(layer, m), flush=True)
+    read_target(paro_bytes(N, K), 2)
+    del layer
 torch.cuda.synchronize()
 print("done")

@@ -149,13 +149,29 @@ def forward(layer: Pq2Layer, x: torch.Tensor, kernel_set: str | None = None,
         y = out
     if m == 0:
         return y.reshape(*lead, layer.n)
+    path, tile = choose(layer, m, x.device, kernel_set, path, tile)
+    q, a, t = quantize_activations(x2, planes=path != "legacy", layer=layer)
+    gemm_quantized(layer, path, tile, q, a, t, y)
+    return y.reshape(*lead, layer.n)
+
+
+def choose(layer: Pq2Layer, m: int, device: torch.device, kernel_set: str | None = None, path: str | None = None,
+           tile: table.Tile | None = None) -> tuple[str, table.Tile]:
+    """The (path, tile) forward runs M rows on: the kernel set's band choice and the measured table,
+    unless forced."""
     kernel_set = kernel_set or os.environ.get("RADIANCE_PQ2_KERNELS", "tuned")
-    family = _family(x.device)
-    chosen, split_k = table.select_path(kernel_set, m, os.environ, _capability(x.device))
+    chosen, split_k = table.select_path(kernel_set, m, os.environ, _capability(device))
     path = path or chosen
     if tile is None:
-        tile = table.tile_for(path, layer.n, layer.k, m, _sms(x.device), split_k, family)
-    q, a, t = quantize_activations(x2, planes=path != "legacy", layer=layer)
+        tile = table.tile_for(path, layer.n, layer.k, m, _sms(device), split_k, _family(device))
+    return path, tile
+
+
+def gemm_quantized(layer: Pq2Layer, path: str, tile: table.Tile, q: torch.Tensor, a: torch.Tensor, t: torch.Tensor,
+                   y: torch.Tensor) -> None:
+    """y [M, N] from quantize_activations' outputs (plane order for every path but legacy): the
+    GEMM launch(es) alone (forward's second half; bench/floor.py times it apart)."""
+    m = q.shape[0]
     if path == "legacy":
         _run_legacy(layer, q, a, y, m, tile)
     elif path == "planes":
@@ -166,7 +182,6 @@ def forward(layer: Pq2Layer, x: torch.Tensor, kernel_set: str | None = None,
         _run_dp4a(layer, q, a, t, y, m, tile)
     else:
         raise table.Pq2ConfigError(f"unknown pq2 path {path!r}")
-    return y.reshape(*lead, layer.n)
 
 
 def _reduce(layer: Pq2Layer, p: torch.Tensor, y: torch.Tensor, splits: int) -> None:
