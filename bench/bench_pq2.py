@@ -82,7 +82,7 @@ def main():
     bw = max(copy_bandwidth(), copy_bandwidth())
     print(f"# {date} {gpu} torch {torch.__version__} copy {bw / 1e9:.0f} GB/s", flush=True)
     ms = [int(v) for v in args.ms.split(",")]
-    swept = set(args.sweep_only.split(",")) if args.sweep_only else {"dp4a", "planes", "gluon"} if args.sweep else set()
+    swept = set(args.sweep_only.split(",")) if args.sweep_only else {"dp4a", "planes", "gluon", "gluon_ring", "gluon_wgmma"} if args.sweep else set()
     gl_ok = not args.no_gemlite
     if gl_ok:
         try:
@@ -182,6 +182,10 @@ def variants(m, n, k, swept: set, legacy=True):
     cands = CANDIDATES["m1" if m == 1 else "small" if m <= 16 else "mid" if m <= 64 else "prefill"]
     for t in (cands if "planes" in swept else [None]):
         yield "planes", t
+    if b == "prefill":
+        for path in ("gluon_ring", "gluon_wgmma"):
+            for t in (CANDIDATES[path] if path in swept else [None]):
+                yield path, t
     if b == "small":
         for t in ([c for c in CANDIDATES["gluon"] if c.bt == 8 or m > 8] if "gluon" in swept else [None]):
             yield "gluon", t

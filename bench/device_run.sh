@@ -26,6 +26,7 @@ for step in "$@"; do
     prologue) python3 bench/sweep_prologue.py --out $OUT $PROLOGUE_ARGS 2>&1 | tee $OUT/prologue.log | tail -40 ;;
     ncu) ncu --clock-control none -k regex:"$NCU_K" -c ${NCU_C:-10} --section SpeedOfLight --section Occupancy \
            --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats \
+           --section ComputeWorkloadAnalysis \
            python3 bench/$NCU_TARGET 2>&1 | tee $OUT/ncu.log | grep -v "^    [-]*$" | tail -${NCU_TAIL:-400}
          stalls=$(for r in long_scoreboard short_scoreboard wait math_pipe_throttle mio_throttle lg_throttle not_selected \
                     selected no_instruction barrier dispatch_stall drain membar branch_resolving tex_throttle imc_miss; do

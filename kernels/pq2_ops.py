@@ -178,6 +178,10 @@ def gemm_quantized(layer: Pq2Layer, path: str, tile: table.Tile, q: torch.Tensor
         _run_planes(layer, q, a, t, y, m, tile)
     elif path == "gluon":
         _run_gluon(layer, q, a, t, y, m, tile)
+    elif path == "gluon_ring":
+        _run_gluon_ring(layer, q, a, t, y, m, tile)
+    elif path == "gluon_wgmma":
+        _run_gluon_wgmma(layer, q, a, t, y, m, tile)
     elif path == "dp4a":
         _run_dp4a(layer, q, a, t, y, m, tile)
     else:
@@ -216,9 +220,9 @@ def _run_gluon(layer, q, a, t, y, m, tile: table.Tile) -> None:
         raise table.Pq2ConfigError("the gluon pq2 path needs mma.sync int8 (sm_80+); set RADIANCE_PQ2_SMALL=planes or legacy")
     rt = tile.bn // (16 * tile.warps)  # m16 row tiles per warp
     ring = tile.stages if tile.stages > 1 else 0
-    if tile.bt not in (8, 16) or tile.bn % (16 * tile.warps) or rt & (rt - 1) or tile.maxnreg or not 1 <= tile.bc <= 4 \
+    if tile.bt not in (8, 16, 32, 64, 128) or tile.bn % (16 * tile.warps) or rt & (rt - 1) or tile.maxnreg or not 1 <= tile.bc <= 4 \
             or (ring and tile.bc != 1):
-        raise table.Pq2ConfigError(f"gluon tile {tile}: bt must be 8 or 16, bn a power-of-two multiple of 16 x warps, "
+        raise table.Pq2ConfigError(f"gluon tile {tile}: bt must be 8, 16, 32, 64 or 128, bn a power-of-two multiple of 16 x warps, "
                                    "bc (groups per step) 1..4 (1 with a cp.async ring, stages > 1), no maxnreg")
     from radiance.kernels.triton.pq2_gluon import operand_layouts, pq2_mma_gl  # Gluon: imported only where it runs
 
@@ -240,6 +244,47 @@ def _run_gluon(layer, q, a, t, y, m, tile: table.Tile) -> None:
     launch = layer.plan(("gluon", tile, y.dtype), make)
     launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, p, tickets,
            m, layer.n, layer.k, groups, gps, splits)
+
+
+def _run_gluon_ring(layer, q, a, t, y, m, tile: table.Tile) -> None:
+    if y.device.type != "cuda" or torch.cuda.get_device_capability(y.device) < (8, 0):
+        raise table.Pq2ConfigError("the gluon_ring pq2 path needs mma.sync int8 (sm_80+); set RADIANCE_PQ2_PREFILL=planes or legacy")
+    rt = tile.bn // (16 * tile.warps)  # m16 row tiles per warp
+    st = tile.stages
+    if tile.bt not in (8, 16, 32, 64, 128) or tile.bn % (16 * tile.warps) or rt & (rt - 1) or tile.splits != 1 \
+            or tile.maxnreg or st < 2 or st & (st - 1):
+        raise table.Pq2ConfigError(f"gluon_ring tile {tile}: bt 8..128 (a power of two), bn a power-of-two multiple of "
+                                   "16 x warps, stages a power of two >= 2, no split-K, no maxnreg")
+    from radiance.kernels.triton.pq2_gluon_ring import pq2_mma_ring, ring_layouts  # Gluon: imported only where it runs
+
+    def make():
+        w_l, c_l, r_l, smem, s_l = ring_layouts(tile.bn, tile.warps, tile.bt, st)
+        return _Launch(pq2_mma_ring, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "RING": st, "W_L": w_l,
+                                      "C_L": c_l, "R_L": r_l, "SMEM": smem, "S_L": s_l}, tile.warps, 1)
+
+    launch = layer.plan(("gluon_ring", tile, y.dtype), make)
+    grid = (triton.cdiv(m, tile.bt), triton.cdiv(layer.n, tile.bn))
+    launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, m, layer.n, layer.k, layer.k // GROUP)
+
+
+def _run_gluon_wgmma(layer, q, a, t, y, m, tile: table.Tile) -> None:
+    if y.device.type != "cuda" or torch.cuda.get_device_capability(y.device)[0] != 9:
+        raise table.Pq2ConfigError("the gluon_wgmma pq2 path needs wgmma (sm_90); set RADIANCE_PQ2_PREFILL=planes or gluon_ring")
+    if tile.warps not in (4, 8) or tile.bn % (16 * tile.warps) or tile.bt not in (16, 32, 64, 128) or tile.splits != 1 \
+            or tile.maxnreg or tile.stages < 3:
+        raise table.Pq2ConfigError(f"gluon_wgmma tile {tile}: warps 4 or 8 (warpgroups), bn a multiple of 16 x warps, "
+                                   "bt 16..128 (a power of two), stages >= 3, no split-K, no maxnreg")
+    from radiance.kernels.triton.pq2_gluon_wgmma import pq2_wgmma, wgmma_layouts  # Gluon: imported only where it runs
+
+    def make():
+        w_l, c_l, s_l = wgmma_layouts(tile.bn, tile.warps, tile.bt)
+        return _Launch(pq2_wgmma, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "RING": tile.stages,
+                                   "OVERLAP": tile.overlap, "W_L": w_l,
+                                   "C_L": c_l, "S_L": s_l}, tile.warps, 1)
+
+    launch = layer.plan(("gluon_wgmma", tile, y.dtype), make)
+    grid = (triton.cdiv(m, tile.bt), triton.cdiv(layer.n, tile.bn))
+    launch(grid, q, a, t, layer.qweight32, layer.scales, y, m, layer.n, layer.k, layer.k // GROUP)
 
 
 def _run_dp4a(layer, q, a, t, y, m, tile: table.Tile) -> None:

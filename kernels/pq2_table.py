@@ -8,7 +8,9 @@ Kernel sets (RADIANCE_PQ2_KERNELS):
 - exact: only paths bit-identical to legacy: the masked-plane tensor-core kernel without split-K
   for M >= 2, legacy at M = 1 (the DP4A GEMV sums its groups in another order);
 - tuned: the fastest: DP4A GEMV at M = 1, the Gluon mma.sync kernel at M = 2..GLUON_MAX_M, the
-  masked-plane kernel above, split-K where the grid is small, the skinny split-K GEMM.
+  masked-plane kernel above (on sm_90 above WGMMA_MIN_M the Gluon async-wgmma kernel, also
+  bit-identical to legacy, so `exact` takes it too), split-K where the grid is small, the skinny
+  split-K GEMM.
 A per-path switch (RADIANCE_PQ2_M1 / _SMALL / _PREFILL, RADIANCE_SKINNY_GEMM) overrides the set
 for its band, for paired before/after runs.
 """
@@ -25,7 +27,7 @@ SMALL_MAX_M = 16
 SWITCHES = {
     "m1": ("RADIANCE_PQ2_M1", ("dp4a", "legacy")),
     "small": ("RADIANCE_PQ2_SMALL", ("planes", "gluon", "dp4a", "legacy")),
-    "prefill": ("RADIANCE_PQ2_PREFILL", ("planes", "legacy")),
+    "prefill": ("RADIANCE_PQ2_PREFILL", ("planes", "gluon_ring", "gluon_wgmma", "legacy")),
 }
 SET_PATHS = {
     "tuned": {"m1": "dp4a", "small": "planes", "prefill": "planes"},
@@ -50,7 +52,8 @@ def check_set(kernel_set: str) -> str:
     return kernel_set
 
 
-TENSOR_CORE_PATHS = ("legacy", "planes", "gluon")  # int8 MMA: sm_80+ (Triton has no int8 dot on sm_75)
+TENSOR_CORE_PATHS = ("legacy", "planes", "gluon", "gluon_ring", "gluon_wgmma")  # int8 MMA: sm_80+ (Triton has no int8 dot on sm_75)
+WGMMA_PATHS = ("gluon_wgmma",)  # sm_90 only
 
 
 # the tuned set's small band below this many rows runs `gluon` (mma.sync with the weight words
@@ -60,6 +63,11 @@ TENSOR_CORE_PATHS = ("legacy", "planes", "gluon")  # int8 MMA: sm_80+ (Triton ha
 # at M = 2 and 8 (the DP4A GEMV with two token rows, run 8's M = 2 choice, now ties or loses
 # everywhere); at M = 16 (16 tokens per MMA) `planes` leads on every shape (gate_up 35.6 vs 43.4).
 GLUON_MAX_M = 8
+# on sm_90 the prefill band above this many rows runs `gluon_wgmma` (async int8 wgmma, weights unpacked
+# into its register A operand). H200 2026-11-30 run 16, best tile of each: M = 512 / 2048 gate_up 340 /
+# 1269 µs vs planes 393 / 1465, down 216 / 684 vs 303 / 832, qkv 151 / 548 vs 160 / 563, out 83 / 255
+# vs 108 / 295; at M = 64 planes' split-K tiles keep down and out (48 vs 77, 22 vs 30 µs)
+WGMMA_MIN_M = 65
 
 
 def select_path(kernel_set: str, m: int, env: dict[str, str], capability: tuple[int, int] = (8, 0)) -> tuple[str, bool]:
@@ -76,11 +84,16 @@ def select_path(kernel_set: str, m: int, env: dict[str, str], capability: tuple[
         path = raw
     elif kernel_set == "tuned" and b == "small" and m <= GLUON_MAX_M:
         path = "gluon"
+    elif kernel_set in ("tuned", "exact") and b == "prefill" and m >= WGMMA_MIN_M and capability[0] == 9:
+        path = "gluon_wgmma"
     if capability < (8, 0):
         if raw in TENSOR_CORE_PATHS:
             raise Pq2ConfigError(f"{name}={raw}: int8 tensor-core kernels need sm_80+, this GPU is "
                                  f"sm_{capability[0]}{capability[1]}; unset it (DP4A runs every M there)")
         return "dp4a", kernel_set == "tuned"
+    if raw in WGMMA_PATHS and capability[0] != 9:
+        raise Pq2ConfigError(f"{name}={raw}: wgmma is sm_90 only, this GPU is sm_{capability[0]}{capability[1]}; "
+                             "use planes or gluon_ring")
     # split-K changes the fp32 summation order: off in `exact` (and meaningless for legacy)
     return path, kernel_set == "tuned"
 
@@ -106,6 +119,7 @@ class Tile:
     stages: int = 3  # pipeline stages (Triton paths); gluon: 1 = the next step in registers, else a cp.async ring
     one_dot: bool = False  # planes path: one K=128 dot per group instead of four K=32 ones
     maxnreg: int = 0  # register cap per thread, 0 = the compiler's choice (more programs per SM; not gluon)
+    overlap: bool = True  # gluon_wgmma: fold group g - 1 while group g's MMA runs (a second int32 dot live)
 
 
 def _splits_for(programs: int, steps: int, sms: int, min_steps: int, cap: int = 16) -> int:
@@ -206,6 +220,16 @@ CANDIDATES: dict[str, list[Tile]] = {
     # tokens (the sweep times bt 16 only above M = 8); the weights of the next bc groups in
     # registers (stages 1) or `stages` groups through a cp.async ring (bc 1). Loading two groups
     # ahead through a register queue measured slower (RESULTS run 10).
+    # Gluon mma.sync fed by a shared-memory ring of activations (pq2_gluon_ring, M > 16): bn = 16 x
+    # warps x a power of two weight rows, bt tokens, `stages` ring stages (a power of two); no split-K
+    "gluon_ring": [Tile(bn=bn, bt=bt, warps=w, stages=st) for bn, w, bt in
+                   ((128, 4, 64), (256, 8, 64), (128, 4, 32), (256, 8, 32), (64, 4, 128), (64, 2, 64), (128, 8, 64))
+                   for st in (2, 4)],
+    # Gluon async wgmma (pq2_gluon_wgmma, sm_90, M > 16): bn = 64 x warpgroups x a power of two, bt
+    # tokens, `stages` >= 3 ring stages; no split-K. Run 16: 4 stages and no in-program overlap won
+    # on every shape and M (fewer registers and less shared memory: more programs per SM)
+    "gluon_wgmma": [Tile(bn=bn, bt=bt, warps=w, stages=st, overlap=ov) for bn, w, bt in
+                    ((64, 4, 64), (128, 4, 64), (128, 8, 128), (256, 8, 64)) for st in (4, 6, 8) for ov in (True, False)],
     "gluon": [Tile(bn=bn, bt=bt, bc=gu, warps=w, splits=s, stages=st) for bt in (8, 16)
               for bn, w in ((64, 4), (128, 4), (256, 4), (256, 8)) for s in (1, 2, 4, 8)
               for gu, st in ((1, 1), (2, 1), (1, 4), (1, 8))],
@@ -238,6 +262,10 @@ def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family:
         elif path == "gluon":
             t = Tile(bn=128, bt=8, bc=2, stages=1)
             t = replace(t, splits=_splits_for(-(-n // t.bn) * -(-m // t.bt), groups, sms, 4) if split_k else 1)
+        elif path == "gluon_ring":
+            t = Tile(bn=128, bt=64, warps=4, stages=2)
+        elif path == "gluon_wgmma":  # run 16: 128 x 64 at M >= 512 on gate_up, down, qkv, out; 64 x 64 at M = 64
+            t = Tile(bn=128 if m > 64 else 64, bt=64, warps=4, stages=4, overlap=False)
         elif path == "legacy":
             t = Tile(bn=64, bt=16 if m <= 16 else 64, warps=4, stages=1)
         else:

@@ -44,7 +44,12 @@ def _paths(m):
     from radiance.kernels.pq2_table import band
 
     # dp4a at M > 1: the sm_75 path and RADIANCE_PQ2_SMALL=dp4a (up to 4 token rows per program)
-    return {"m1": ["legacy", "dp4a"], "small": ["legacy", "planes", "gluon", "dp4a"], "prefill": ["legacy", "planes"]}[band(m)]
+    return {"m1": ["legacy", "dp4a"], "small": ["legacy", "planes", "gluon", "dp4a"],
+            "prefill": ["legacy", "planes", "gluon_ring"] + _wgmma()}[band(m)]
+
+
+def _wgmma():
+    return ["gluon_wgmma"] if torch.cuda.get_device_capability()[0] == 9 else []
 
 
 def _run(layer, x, **kw):
@@ -101,20 +106,33 @@ def test_integer_parts_exact(n, k):
 def test_every_candidate_tile_exact(n, k):
     from radiance.kernels.pq2_table import CANDIDATES
 
-    dev = _cuda()
-    layer, _, codes = _layer(n, k, dev, unit_scales=True)
-    w = codes.to(torch.float64) - 1
+    layer, _, codes = _layer(n, k, _cuda(), unit_scales=True)
     cases = [(1, "dp4a", CANDIDATES["dp4a"]), (3, "dp4a", CANDIDATES["dp4a_rows"]), (8, "dp4a", CANDIDATES["dp4a_rows"]),
              (3, "planes", CANDIDATES["small"]), (16, "planes", CANDIDATES["small"]),
              (3, "gluon", CANDIDATES["gluon"]), (16, "gluon", CANDIDATES["gluon"]), (9, "gluon", CANDIDATES["gluon"]),
              (40, "planes", CANDIDATES["mid"]), (300, "planes", CANDIDATES["prefill"])]
+    _exact_tiles(layer, codes, k, cases)
+
+
+@pytest.mark.parametrize("n,k", [(5120, 6144), (4100, 1152)])
+def test_prefill_gluon_tiles_exact(n, k):
+    # the Gluon prefill kernels' candidates (integer-exact) at a ragged and a 5-wave M
+    from radiance.kernels.pq2_table import CANDIDATES
+
+    layer, _, codes = _layer(n, k, _cuda(), unit_scales=True)
+    _exact_tiles(layer, codes, k, [(m, p, CANDIDATES[p]) for m in (17, 300) for p in ["gluon_ring"] + _wgmma()])
+
+
+def _exact_tiles(layer, codes, k, cases):
+    w = codes.to(torch.float64) - 1
+    dev = codes.device
     for m, path, tiles in cases:
         x = torch.randint(-127, 128, (m, k), device=dev).float()
         x.view(m, -1, 128)[:, :, 0] = 127.0
         exact = (x.double() @ w.t()).float()
         for tile in tiles:
             y = _run(layer, x, path=path, tile=tile)
-            assert torch.equal(y, exact), f"{path} {tile} N={n} K={k} M={m}"
+            assert torch.equal(y, exact), f"{path} {tile} N={layer.n} K={k} M={m}"
 
 
 def test_quant_matches_reference_bitwise():
@@ -139,7 +157,10 @@ def test_exact_set_bit_identical_to_legacy(n, k):
     layer, _, _ = _layer(n, k, dev)
     for m in [1, 2, 5, 16, 17, 64, 100, 512]:
         x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-        assert torch.equal(_run(layer, x, kernel_set="exact"), _run(layer, x, kernel_set="legacy")), f"M={m}"
+        legacy = _run(layer, x, kernel_set="legacy")
+        assert torch.equal(_run(layer, x, kernel_set="exact"), legacy), f"M={m}"
+        for path in ["gluon_ring"] + _wgmma() if m > 16 else []:  # groups in order, pq2_common's epilogue
+            assert torch.equal(_run(layer, x, path=path), legacy), f"{path} M={m}"
 
 
 def test_split_k_deterministic_and_plan_matches_launcher():
@@ -152,7 +173,9 @@ def test_split_k_deterministic_and_plan_matches_launcher():
     for m, path, tile in [(1, "dp4a", Tile(bn=16, bc=8, splits=4)), (4, "planes", Tile(bn=64, bt=16, splits=8)),
                           (300, "planes", Tile(bn=128, bt=128, warps=8)),
                           (5, "gluon", Tile(bn=128, bt=8, bc=2, splits=8, stages=1)),
-                          (5, "gluon", Tile(bn=64, bt=8, bc=1, splits=4, stages=4))]:  # tickets reset between calls
+                          (5, "gluon", Tile(bn=64, bt=8, bc=1, splits=4, stages=4)),
+                          (300, "gluon_ring", Tile(bn=128, bt=64, stages=4))] \
+            + [(300, p, Tile(bn=64, bt=64, stages=4)) for p in _wgmma()]:  # tickets reset between calls
         x = torch.randn(m, 17408, device=dev, dtype=torch.bfloat16)
         _run(a, torch.randn_like(x), path=path, tile=tile)  # compiles a's plan
         y1 = _run(a, x, path=path, tile=tile)  # direct compiled launch

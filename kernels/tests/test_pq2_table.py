@@ -49,6 +49,19 @@ def test_gluon_band_is_the_tuned_sets_only():
     assert table.tile_for("gluon", 5120, 17408, 4, 132, False, "sm_86").splits == 1
 
 
+def test_wgmma_prefill_on_sm90_only():
+    assert table.select_path("tuned", 2048, {}, (9, 0)) == ("gluon_wgmma", True)
+    assert table.select_path("exact", 65, {}, (9, 0)) == ("gluon_wgmma", False)  # bit-identical to legacy
+    assert table.select_path("tuned", 64, {}, (9, 0))[0] == "planes"
+    assert table.select_path("legacy", 2048, {}, (9, 0))[0] == "legacy"
+    assert table.select_path("tuned", 2048, {}, (8, 6))[0] == "planes"
+    assert table.select_path("tuned", 2048, {"RADIANCE_PQ2_PREFILL": "gluon_ring"}, (8, 6))[0] == "gluon_ring"
+    with pytest.raises(table.Pq2ConfigError, match="RADIANCE_PQ2_PREFILL=gluon_wgmma: wgmma is sm_90 only"):
+        table.select_path("tuned", 2048, {"RADIANCE_PQ2_PREFILL": "gluon_wgmma"}, (8, 6))
+    assert table.tile_for("gluon_wgmma", 34816, 5120, 2048, 132, True, "sm_90") == \
+        table.Tile(bn=128, bt=64, warps=4, stages=4, overlap=False)
+
+
 def test_turing_runs_dp4a_everywhere():
     for kset in table.SETS:
         for m in (1, 4, 300):
