@@ -220,9 +220,9 @@ def _run_gluon(layer, q, a, t, y, m, tile: table.Tile) -> None:
         raise table.Pq2ConfigError("the gluon pq2 path needs mma.sync int8 (sm_80+); set RADIANCE_PQ2_SMALL=planes or legacy")
     rt = tile.bn // (16 * tile.warps)  # m16 row tiles per warp
     ring = tile.stages if tile.stages > 1 else 0
-    if tile.bt not in (8, 16, 32, 64, 128) or tile.bn % (16 * tile.warps) or rt & (rt - 1) or tile.maxnreg or not 1 <= tile.bc <= 4 \
+    if tile.bt not in (8, 16) or tile.bn % (16 * tile.warps) or rt & (rt - 1) or tile.maxnreg or not 1 <= tile.bc <= 4 \
             or (ring and tile.bc != 1):
-        raise table.Pq2ConfigError(f"gluon tile {tile}: bt must be 8, 16, 32, 64 or 128, bn a power-of-two multiple of 16 x warps, "
+        raise table.Pq2ConfigError(f"gluon tile {tile}: bt must be 8 or 16, bn a power-of-two multiple of 16 x warps, "
                                    "bc (groups per step) 1..4 (1 with a cp.async ring, stages > 1), no maxnreg")
     from radiance.kernels.triton.pq2_gluon import operand_layouts, pq2_mma_gl  # Gluon: imported only where it runs
 

@@ -91,7 +91,7 @@ def operand_layouts(bn: int, warps: int, bt: int):
     w_l = gl.DistributedLinearLayout(reg_bases=[[0, 1], [8, 0]] + tiles,
                                      lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]],
                                      warp_bases=wb, block_bases=[], shape=[bn, 8])
-    u_l = gl.DistributedLinearLayout(reg_bases=[[1, 0], [8, 0], [16, 0]] + [[0, 8 << i] for i in range((bt // 8).bit_length() - 1)],
+    u_l = gl.DistributedLinearLayout(reg_bases=[[1, 0], [8, 0], [16, 0]] + ([[0, 8]] if bt == 16 else []),
                                      lane_bases=[[2, 0], [4, 0], [0, 1], [0, 2], [0, 4]],
                                      warp_bases=[[0, 0]] * len(wb), block_bases=[], shape=[32, bt])
     return w_l, u_l
