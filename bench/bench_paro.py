@@ -82,12 +82,16 @@ def variants(m, i8):
     # deqt (W4A16): BN is the wgmma's M side (64 rows per warp group), BM its N side
     deqt = () if i8 else ((128, 128, 8, 3, "deqt"), (256, 128, 8, 3, "deqt"), (128, 256, 8, 3, "deqt"),
                           (64, 128, 4, 4, "deqt"), (128, 64, 4, 4, "deqt"), (256, 64, 4, 3, "deqt"))
+    # wgmma (W4A16, sm_90; bm tokens x bn weight rows): fp16 wgmma on weights dequantized into its
+    # register operand; elsewhere it raises and the sweep reports and skips it
+    wg = () if i8 else ((128, 128, 8, 3, "wgmma"), (256, 64, 4, 3, "wgmma"), (256, 128, 8, 3, "wgmma"),
+                        (128, 256, 8, 3, "wgmma"), (64, 64, 4, 4, "wgmma"), (128, 64, 4, 4, "wgmma"))
     if m > 64:
         return [ops.Tile(bm, bn, w, st, 1, kind) for bm, bn, w, st, kind in
                 ((128, 256, 8, 3, "deq"), (128, 64, 4, 4, "deq"), (256, 128, 8, 3, "deq"), (64, 128, 4, 4, "deq"),
                  (128, 64, 4, 4, "fold"), (64, 64, 4, 4, "deq"), (32, 128, 4, 4, "deq"),
                  (128, 64, 4, 2, "fold"), (128, 64, 4, 3, "fold"), (128, 128, 8, 2, "fold"),
-                 (256, 64, 8, 2, "fold"), (256, 128, 8, 2, "fold")) + deqt] + [
+                 (256, 64, 8, 2, "fold"), (256, 128, 8, 2, "fold")) + deqt + wg] + [
         # W4A8 fold 128x64 (packed nibble unpack, FMA epilogue; offline sm_90): 248 registers per
         # thread on 4 stages (2 programs per SM), 188 on 2; capped at 168: 3 programs, 64 stack
         # bytes, 16 spill loads per group
@@ -108,6 +112,13 @@ def variants(m, i8):
     return out
 
 
+def path_name(layer, m):
+    """What ops.forward runs for m rows: the scratch + cuBLAS path or the table's tile."""
+    if layer.scratch_prefill and m > ops.scratch_min_m(layer):
+        return "scratch+cuBLAS"
+    return str(ops.tile_for(layer, m))
+
+
 def with_split(layer, m, t):
     if m > 64:
         return t
@@ -124,6 +135,7 @@ def main():
     ap.add_argument("--sweep-shapes", default=",".join(SWEEP_SHAPES), help="shapes whose tiles are swept")
     ap.add_argument("--ms", default=",".join(map(str, MS)), help="row counts timed (comma list)")
     ap.add_argument("--sweep-ms", default=",".join(map(str, SWEEP_MS)), help="row counts whose tiles are swept")
+    ap.add_argument("--sweep-kinds", default="", help="only these kinds' tiles are swept (comma list; default all)")
     ap.add_argument("--no-extras", action="store_true", help="skip the prologue-alone and 4-layer stack timings")
     args = ap.parse_args()
     sweep_ms = set(map(int, args.sweep_ms.split(",")))
@@ -213,9 +225,11 @@ def main():
                 except Exception as e:
                     print(f"# {label} {name} M={m}: {type(e).__name__}: {str(e)[:300]}", flush=True)
                     continue
-                best, best_t, tried = us, ops.tile_for(layers[0], m), {}
+                best, best_t, tried = us, path_name(layers[0], m), {}
                 if not args.no_sweep and label != "w4a16_scratch" and m in sweep_ms and name in args.sweep_shapes.split(","):
                     for t in variants(m, label == "w4a8"):
+                        if args.sweep_kinds and t.kind not in args.sweep_kinds.split(","):
+                            continue
                         t = with_split(layers[0], m, t)
                         try:
                             v = graph_time([lambda l=l, x=xs[i % 4]: ops.forward(l, x, tile=t)
@@ -229,7 +243,7 @@ def main():
                 gl_us = glt.get(gkind)
                 emit({"path": label, "N": n, "K": k, "M": m, "us": round(us, 2), "roofline_us": round(roof, 2),
                       "cublas_bf16_us": round(cub, 2), "gemlite_us": gl_us and round(gl_us, 2),
-                      "tinygemm_us": tgt and round(tgt, 2), "shape": name, "tile": str(ops.tile_for(layers[0], m)),
+                      "tinygemm_us": tgt and round(tgt, 2), "shape": name, "tile": path_name(layers[0], m),
                       "best_us": round(best, 2), "best_tile": str(best_t), "tried_us": tried or None})
                 line.append(f"{label}={us:7.1f}(best {best:7.1f})")
             print(f"{name:10s} M={m:5d} roof={roof:6.1f} cublas={cub:7.1f} tiny={tgt or float('nan'):7.1f} "

@@ -6,7 +6,7 @@ load time, never inside CUDA-graph capture). `forward(layer, x)` = prologue laun
 
 | capability | M <= RADIANCE_PQ_DECODE_MAX_M | M above |
 |---|---|---|
-| sm_80+ | split-K: W4A16 M = 1..MMA_GL_MAX_M `mma_gl` (mma.sync, weights unpacked into fragment registers, a cp.async ring; RADIANCE_PQ_GEMV picks another M = 1 kernel), else `deqt` (W4A8: `deq`) | W4A16: dequant to fp16 scratch + cuBLAS (RADIANCE_PQ_SCRATCH_GEMM); W4A8 (RADIANCE_PQ_I8=1): `fold` tiles |
+| sm_80+ | split-K: W4A16 M = 1..MMA_GL_MAX_M `mma_gl` (mma.sync, weights unpacked into fragment registers, a cp.async ring; RADIANCE_PQ_GEMV picks another M = 1 kernel), else `deqt` (W4A8: `deq`) | W4A16: dequant to fp16 scratch + cuBLAS (RADIANCE_PQ_SCRATCH_GEMM); on sm_90 rows up to WGMMA_MAX_M of layers N >= WGMMA_MIN_N first run `wgmma` (paro_wgmma: fp16 wgmma, the weights dequantized into its register operand); W4A8 (RADIANCE_PQ_I8=1): `fold` tiles |
 | sm_75 | W4A16 M <= TURING_GEMV_MAX_M: `gemv_gl` (up to 4 rows per program); above: dequant to fp16 scratch + cuBLAS | dequant to fp16 scratch + cuBLAS |
 
 GEMM kinds (triton/paro_gemm.py): `deqt` (W4A16 only: weights dequantized in registers as the
@@ -30,7 +30,7 @@ from radiance.kernels.triton import interpreting, paro_gemm, paro_rotate, paro_s
 from radiance.knobs import knob, knob_int
 
 MAX_PARTS = 3
-W4A16_ONLY = ("deqt", "gemv", "gemv_gl", "gemv_ca", "mma_gl")  # kinds that multiply fp16/fp32 activations only
+W4A16_ONLY = ("deqt", "gemv", "gemv_gl", "gemv_ca", "mma_gl", "wgmma")  # kinds that multiply fp16/fp32 activations only
 GEMV_MAX_M = 1  # W4A16 rows up to this run the Triton CUDA-core gemv (one program per row)
 GEMV_GL_MAX_M = 2  # ... and up to this the Gluon one (all rows in one program), where mma_gl does not take them:
 MMA_GL_MAX_M = 8  # W4A16 rows 1..this on sm_80+: the Gluon tensor-core kind (one program serves 8 tokens)
@@ -40,6 +40,13 @@ MMA_GL_MAX_M = 8  # W4A16 rows 1..this on sm_80+: the Gluon tensor-core kind (on
 # cuBLAS as its prefill does. 8 = two row blocks, each re-reading the weights: estimated from an
 # RTX 2060's bandwidth and FMA rate against the scratch path's 5x weight traffic, not measured.
 TURING_GEMV_MAX_M = 8
+# sm_90 W4A16 prefill rows up to this run the fused wgmma kind on layers at least this wide, the
+# scratch + cuBLAS path above: RESULTS paroquant run 17 -- at M = 128 / 256 the fused kernel took
+# gate_up 144 / 204 us and qkv 58 / 82 against the scratch path's 238 / 271 and 103 / 122 (its
+# dequant of the whole weight does not shrink with M); down and out (N = 5120: too few programs
+# without split-K) and every shape from M = 512 on except gate_up are faster on the scratch path
+WGMMA_MAX_M = 256
+WGMMA_MIN_N = 8192
 SMEM_LIMIT = {(7, 5): 64 * 1024, (8, 0): 163 * 1024, (8, 6): 99 * 1024, (8, 9): 99 * 1024, (9, 0): 227 * 1024}
 
 
@@ -51,7 +58,7 @@ class Tile:
     stages: int
     split: int = 1
     kind: str = "deq"  # "deq" | "deqt" | "fold" | "fold1" | "gemv" (paro_gemm.KERNELS) | "gemv_gl" | "gemv_ca"
-    # (paro_gemv_gluon) | "mma_gl" (paro_mma_gluon; bm = 8 or 16 tokens per program)
+    # (paro_gemv_gluon) | "mma_gl" (paro_mma_gluon; bm = 8 or 16 tokens per program) | "wgmma" (paro_wgmma, sm_90 prefill)
     gpi: int = 1  # K groups per loop iteration (gemv only; divides the layer's group count)
     maxnreg: int = 0  # register cap per thread, 0 = the compiler's choice (Triton kinds; gemv_gl refuses one)
 
@@ -62,7 +69,7 @@ def prologue_mode(kind: str, i8: bool) -> int:
         return paro_rotate.I8G
     return {"deq": paro_rotate.PLAIN, "deqt": paro_rotate.PLAIN, "fold": paro_rotate.F16G, "fold1": paro_rotate.F16G,
             "gemv": paro_rotate.ROT32P, "gemv_gl": paro_rotate.ROT32P, "gemv_ca": paro_rotate.ROT32P,
-            "mma_gl": paro_rotate.F16GF}[kind]
+            "mma_gl": paro_rotate.F16GF, "wgmma": paro_rotate.PLAINW}[kind]
 
 
 def smem_bytes(t: Tile, act_bytes: int) -> int:
@@ -76,6 +83,8 @@ def smem_bytes(t: Tile, act_bytes: int) -> int:
         return 1024 + t.stages * (t.bn * 64 + t.bm * 256 + t.bn * 3 + t.bm * 8)
     if t.kind in ("gemv_ca", "mma_gl"):
         return 1024 + t.stages * t.gpi * t.bn * 64
+    if t.kind == "wgmma":  # the activation ring only (weights go straight to registers)
+        return 1024 + t.stages * t.bm * GROUP_SIZE * 2
     return t.stages * (t.bn * 64 + t.bm * GROUP_SIZE * act_bytes) + t.bn * GROUP_SIZE * act_bytes
 
 
@@ -114,6 +123,15 @@ def scratch_gemm_preferred(cap: tuple[int, int], i8: bool) -> bool:
         raise ValueError("RADIANCE_PQ_SCRATCH_GEMM=1 computes the prefill in W4A16 (fp16 activations), "
                          "RADIANCE_PQ_I8=1 asks for W4A8: unset one of them")
     return raw == "1"
+
+
+def wgmma_prefill_max_m(cap: tuple[int, int], i8: bool, n: int, on_gpu: bool) -> int:
+    """Prefill rows (above the decode band) that run the fused wgmma GEMM before the scratch path
+    takes over: WGMMA_MAX_M for W4A16 on sm_90 layers of N >= WGMMA_MIN_N when
+    RADIANCE_PQ_SCRATCH_GEMM is unset (`1` pins the scratch path for every prefill row), else 0."""
+    if not on_gpu or interpreting() or cap[0] != 9 or i8 or n < WGMMA_MIN_N:
+        return 0
+    return WGMMA_MAX_M if knob("RADIANCE_PQ_SCRATCH_GEMM") in (None, "") else 0
 
 
 def use_int8(cap: tuple[int, int]) -> bool:
@@ -194,12 +212,17 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
     return fit_tile(t, smem_limit(cap)) if cap < (9, 0) else t
 
 
-def prefill_tile(cap: tuple[int, int], i8: bool) -> Tile:
+def prefill_tile(cap: tuple[int, int], i8: bool, m: int = 2048) -> Tile:
+    # W4A16 on sm_90: the fused wgmma kind (RESULTS paroquant run 17: at M = 2048 on gate_up 256 x 128
+    # 1295 us against deq 128 x 256's 1835 and deqt's 1405; 128-token tiles up to M = 128), except
+    # under the CPU interpreter, which runs no Gluon. Before it,
     # measured at M=2048 on gate_up: W4A16 deq 128x256 2272 µs (128x128: 2567); W4A8 fold
     # 128x64 on 2 stages capped at 168 registers (3 programs per SM instead of 2) 1710 µs, uncapped
     # 1905, on 4 stages 1914 (RESULTS run 9); 1608 once the codes carry the zero point (run 10). The cap is sm_90's: for sm_86 the same tile compiles to
     # mma.sync with 253 registers, and capped it spills (offline SASS: 168 stack bytes, 73 local
     # loads/stores per group) -- unmeasured there, so the compiler's choice.
+    if cap[0] == 9 and not i8 and not interpreting():
+        return Tile(128 if m <= 128 else 256, 128, 8, 3, 1, "wgmma")
     maxnreg = 168 if cap >= (9, 0) else 0
     t = Tile(128, 64, 4, 2, 1, "fold", maxnreg=maxnreg) if i8 else Tile(128, 256, 8, 3, 1, "deq")
     return fit_tile(t, smem_limit(cap), 1 if i8 else 2)
@@ -252,6 +275,7 @@ class ParoLayer:
     i8: bool
     scratch_prefill: bool
     bias: torch.Tensor | None = None
+    wgmma_max_m: int = 0  # prefill rows up to this run the fused wgmma GEMM (wgmma_prefill_max_m)
     tiles: dict = field(default_factory=dict)
 
     @property
@@ -290,7 +314,8 @@ def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: li
     layer = ParoLayer(wb.to(device), sc.to(device), d.to(device),
                       paro_rotate.build_tables(rotations, device),
                       tuple((bounds + [1 << 30, 1 << 30])[:2]), n, k, cap, sms,
-                      knob_int("RADIANCE_PQ_DECODE_MAX_M"), i8, scratch_gemm_preferred(cap, i8), bias)
+                      knob_int("RADIANCE_PQ_DECODE_MAX_M"), i8, scratch_gemm_preferred(cap, i8), bias,
+                      wgmma_prefill_max_m(cap, i8, n, device.type == "cuda"))
     part = max(decode_tile(m, n, g, sms, cap, layer.i8).split * m * n for m in range(1, layer.decode_max_m + 1))
     deq = n * k if layer.scratch_prefill else 0
     reserve_scratch(device, part, deq)
@@ -306,12 +331,12 @@ def check_partitions(layer: ParoLayer, a: torch.Tensor) -> None:
 
 
 def tile_for(layer: ParoLayer, m: int) -> Tile:
-    key = ("d", m) if m <= layer.decode_max_m else ("p",)
+    key = ("d", m) if m <= layer.decode_max_m else ("p", m <= 128)
     t = layer.tiles.get(key)
     if t is None:
         groups = layer.k // GROUP_SIZE
         t = decode_tile(m, layer.n, groups, layer.sms, layer.cap, layer.i8) if key[0] == "d" \
-            else prefill_tile(layer.cap, layer.i8)
+            else prefill_tile(layer.cap, layer.i8, m)
         if layer.parts > 1:
             while any(b < (1 << 30) and b % t.bn for b in layer.bounds):
                 t = replace(t, bn=t.bn // 2)
@@ -355,8 +380,11 @@ def _scratch_forward(layer: ParoLayer, x: torch.Tensor, bias: torch.Tensor | Non
 
 def scratch_min_m(layer: ParoLayer) -> int:
     """Rows above which a W4A16 call takes the dequant-to-scratch + cuBLAS path (when enabled):
-    above the decode band, and on sm_75 above TURING_GEMV_MAX_M (its Triton dots have no tensor cores)."""
-    return min(layer.decode_max_m, TURING_GEMV_MAX_M) if layer.cap < (8, 0) else layer.decode_max_m
+    above the decode band and the sm_90 fused band (wgmma_max_m), and on sm_75 above
+    TURING_GEMV_MAX_M (its Triton dots have no tensor cores)."""
+    if layer.cap < (8, 0):
+        return min(layer.decode_max_m, TURING_GEMV_MAX_M)
+    return max(layer.decode_max_m, layer.wgmma_max_m)
 
 
 def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,

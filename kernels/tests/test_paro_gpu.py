@@ -159,6 +159,9 @@ def test_every_kernel_kind(shape, i8, gen):
                       ((8, 64, 4, 1, split), (8, 128, 4, 1, split), (16, 64, 4, 1, split), (8, 64, 2, 1, 1),
                        (16, 128, 4, 1, 1), (8, 32, 2, 1, split), (8, 64, 4, 3, split), (8, 256, 4, 2, split),
                        (16, 128, 4, 4, 1), (8, 32, 2, 5, split), (8, 64, 2, 4, split), (8, 128, 4, 4, split), (8, 64, 2, 2, split))]
+            if torch.cuda.get_device_capability()[0] == 9:  # wgmma (bm tokens x bn rows, no split-K)
+                tiles += [ops.Tile(bm, bn, w, st, 1, "wgmma") for bm, bn, w, st in
+                          ((64, 64, 4, 4), (128, 64, 4, 3), (128, 128, 8, 3), (256, 128, 8, 3), (128, 256, 8, 4))]
             tiles += [ops.Tile(mr, bn, w, st, sp, "gemv_ca") for mr, bn, w, st, sp in
                       ((1, 64, 4, 4, split), (1, 32, 4, 2, 1), (2, 64, 4, 3, split), (4, 32, 4, 6, split),
                        (1, 128, 4, 8, split))]
@@ -198,6 +201,28 @@ def test_scratch_cublas_path(gen, monkeypatch):
     assert layer.scratch_prefill
     x = torch.randn(300, 5120, device="cuda", dtype=torch.bfloat16)
     assert rnd.rel(ops.forward(layer, x), rnd.reference_merged(x, parts, None)) <= 2e-3
+
+
+def test_wgmma_prefill_band_on_sm90(gen, monkeypatch):
+    # sm_90 W4A16 rows above the decode band up to WGMMA_MAX_M of a wide layer run the fused wgmma
+    # kind (both token tiles, a merged layer, a bias), the scratch path above; tolerance as for
+    # every W4A16 path (2e-3 relative to the fp32 reference)
+    from radiance.kernels import paro_ops as ops
+    from radiance.kernels.triton import paro_random as rnd
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("wgmma is sm_90's")
+    monkeypatch.delenv("RADIANCE_PQ_SCRATCH_GEMM", raising=False)
+    parts = _layers([8192, 1024], 1024, gen)
+    layer = _prepare(parts, False)
+    assert layer.wgmma_max_m == ops.WGMMA_MAX_M and ops.scratch_min_m(layer) == ops.WGMMA_MAX_M
+    bias = torch.randn(9216, device="cuda", dtype=torch.bfloat16)
+    for m in (65, 128, 129, 256, 257):
+        assert ops.tile_for(layer, m).kind == "wgmma"
+        x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
+        ref = rnd.reference_merged(x, parts, None)
+        assert rnd.rel(ops.forward(layer, x), ref) <= 2e-3, f"M={m}"
+        assert rnd.rel(ops.forward(layer, x, bias=bias), ref + bias.float()) <= 2e-3, f"M={m} bias"
 
 
 def test_cast_rounds_like_torch():

@@ -63,6 +63,13 @@ def _main() -> None:
     moved = float((ap[0].view(3, -1, 128)[:, :, pos] - af[0].view(3, -1, 128)).abs().max())
     check("prologue fragment order (exact)", moved + float((sp - sf).abs().max() + (rsp - rsf).abs().max()), 0)
 
+    pl, _, _ = pr.rotate(x, tab, pr.PLAIN)  # paro_wgmma's k order: PLAIN, permuted per group
+    pw, _, _ = pr.rotate(x, tab, pr.PLAINW)
+    t64 = c % 64
+    posw = 32 * (t64 // 16) + 16 * (t64 % 2) + 8 * (c // 64) + 2 * ((t64 // 4) % 4) + (t64 % 4) // 2
+    assert sorted(posw.tolist()) == list(range(128))
+    check("prologue wgmma order (exact)", float((pw[0].view(3, -1, 128)[:, :, posw] - pl[0].view(3, -1, 128)).abs().max()), 0)
+
     q, s, rs = pr.rotate(x, tab, pr.I8G)
     qr, sr = reference.quant_int8_group(reference.rotate(x, t.pairs, t.theta, t.channel_scales))
     flips = int((q[0].int() - qr.int()).abs().gt(0).sum())
@@ -130,3 +137,39 @@ def _main() -> None:
 
 if __name__ == "__main__":
     _main()
+
+
+def test_wgmma_operand_order_matches_plainw():
+    """paro_wgmma's A operand, assembled as the kernel does (join = stack on a new last axis, then
+    its reshape and permute), holds at logical k the weight of the channel that PLAINW puts there:
+    the dot over logical k equals the natural one (integer data: exact)."""
+    import torch
+
+    from radiance.kernels.triton.paro_gemm import repack
+    from radiance.kernels.formats.paroquant import pack_awq
+
+    gen = torch.Generator().manual_seed(7)
+    n, k = 16, 256
+    codes = torch.randint(0, 16, (k, n), generator=gen, dtype=torch.uint8)
+    zeros = torch.full((k // 128, n), 8, dtype=torch.uint8)
+    wb, _, _ = repack([pack_awq(codes)], [pack_awq(zeros)], [torch.ones(k // 128, n, dtype=torch.float16)])
+    words = wb.view(torch.int32)  # [G, N, 16]
+
+    def deq(w, s):  # the asm: nibbles at bits s and s + 16 -> (e = 0, e = 1)
+        return torch.stack([(w >> s) & 15, (w >> (16 + s)) & 15], -1)
+
+    x = torch.randint(-50, 50, (3, k), generator=gen)
+    c = torch.arange(128)
+    t = c % 64
+    pos = 32 * (t // 16) + 16 * (t % 2) + 8 * (c // 64) + 2 * ((t // 4) % 4) + (t % 4) // 2
+    xw = torch.empty_like(x).view(3, -1, 128)
+    xw[:, :, pos] = x.view(3, -1, 128)  # PLAINW: channel c at position pos[c]
+    got = torch.zeros(3, n, dtype=torch.int64)
+    for g in range(k // 128):
+        for h in range(2):  # the two k halves, words 8h .. 8h + 7 each
+            w = words[g, :, 8 * h:8 * h + 8].to(torch.int64) & 0xFFFFFFFF
+            j = torch.stack([torch.stack([deq(w, 0), deq(w, 4)], -1), torch.stack([deq(w, 8), deq(w, 12)], -1)], -1)
+            a = j.reshape(n, 2, 4, 2, 2, 2).permute(0, 1, 5, 4, 2, 3).reshape(n, 64)
+            got += xw[:, g, 64 * h:64 * h + 64] @ a.t()
+    want = x @ codes.to(torch.int64)
+    assert torch.equal(got, want)

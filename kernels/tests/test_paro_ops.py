@@ -18,13 +18,20 @@ def gen():
     return torch.Generator().manual_seed(3)
 
 
-def test_turing_tiles_are_halved_to_fit_64kb():
+def test_turing_tiles_are_halved_to_fit_64kb(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # no Gluon: the H200 takes Triton's deq tile too
     h200 = ops.prefill_tile((9, 0), i8=False)
     turing = ops.prefill_tile((7, 5), i8=False)
     assert ops.smem_bytes(h200, 2) > 64 * 1024  # the H200 tile would not fit a Turing SM
     assert ops.smem_bytes(turing, 2) <= 64 * 1024
     assert (turing.bm, turing.bn) != (h200.bm, h200.bn) or turing.stages < h200.stages
     assert h200 == ops.Tile(128, 256, 8, 3, 1, "deq")  # the H200 choice is unchanged by the fitting
+    monkeypatch.delenv("TRITON_INTERPRET")
+    # on a real sm_90 the fused wgmma kind, 128-token tiles up to M = 128; its activation ring fits
+    assert ops.prefill_tile((9, 0), False, 100) == ops.Tile(128, 128, 8, 3, 1, "wgmma")
+    assert ops.prefill_tile((9, 0), False) == ops.Tile(256, 128, 8, 3, 1, "wgmma")
+    assert ops.smem_bytes(ops.prefill_tile((9, 0), False), 2) <= ops.smem_limit((9, 0))
+    assert ops.prefill_tile((8, 6), False).kind == "deq"
     # the W4A8 register cap was measured on sm_90 only (3 programs per SM there; sm_86 would spill)
     assert ops.prefill_tile((9, 0), i8=True) == ops.Tile(128, 64, 4, 2, 1, "fold", maxnreg=168)
     assert ops.prefill_tile((8, 6), i8=True) == ops.Tile(128, 64, 4, 2, 1, "fold")
@@ -72,6 +79,26 @@ def test_scratch_takes_over_above_the_band(gen):
     assert layer.scratch_prefill and ops.scratch_min_m(layer) == ops.TURING_GEMV_MAX_M
     h200 = ops.prepare(*rnd.merged([rnd.random_layer(128, 256, gen)]), cap=(9, 0))
     assert ops.scratch_min_m(h200) == h200.decode_max_m
+
+
+@pytest.mark.parametrize("cap, i8, n, on_gpu, knob, want", [
+    ((9, 0), False, 34816, True, None, ops.WGMMA_MAX_M),  # gate_up on the H200
+    ((9, 0), False, 5120, True, None, 0),  # down / out: too few programs, the scratch path wins
+    ((9, 0), True, 34816, True, None, 0),  # W4A8 keeps its int8 GEMM
+    ((8, 6), False, 34816, True, None, 0),  # wgmma is sm_90's
+    ((9, 0), False, 34816, False, None, 0),  # the CPU interpreter runs no Gluon
+    ((9, 0), False, 34816, True, "1", 0),  # the knob pins the scratch path for every prefill row
+])
+def test_wgmma_prefill_band(monkeypatch, gen, cap, i8, n, on_gpu, knob, want):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    if knob is None:
+        monkeypatch.delenv("RADIANCE_PQ_SCRATCH_GEMM", raising=False)
+    else:
+        monkeypatch.setenv("RADIANCE_PQ_SCRATCH_GEMM", knob)
+    assert ops.wgmma_prefill_max_m(cap, i8, n, on_gpu) == want
+    layer = ops.prepare(*rnd.merged([rnd.random_layer(128, 256, gen)]), cap=(9, 0))
+    layer.wgmma_max_m = want  # what prepare stores on such a GPU
+    assert ops.scratch_min_m(layer) == max(layer.decode_max_m, want)
 
 
 def test_fit_tile_refuses_an_impossible_limit():

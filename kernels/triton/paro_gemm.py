@@ -352,7 +352,7 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
         raise ValueError("paroquant deqt is W4A16 only: int8 activations go to fold or deq")
     if kind == "gemv" and bm != 1:
         raise ValueError("paroquant gemv takes one row per program (bm=1)")
-    if kind in ("gemv", "mma_gl") or gemv_gluon:
+    if kind in ("gemv", "mma_gl", "wgmma") or gemv_gluon:
         wb = wb.view(torch.int32)  # the same bytes as words [G, N, 16]
     args = (a, s, rs, wb, sc, d, y, part if bias is None else bias, part, cnt, m, n, k, g, pb1, pb2, gps, split)
     if gemv_gluon:
@@ -367,6 +367,12 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
 
         if a.dtype != torch.float16 or s is part or rs is part:
             raise ValueError("paroquant mma_gl reads the prologue's F16GF activations with their scales and sums")
+        return launch(grid, args, bm=bm, bn=bn, num_warps=num_warps, num_stages=num_stages, has_bias=bias is not None)
+    if kind == "wgmma":
+        from radiance.kernels.triton.paro_wgmma import launch  # Gluon, sm_90: imported only where it runs
+
+        if maxnreg or gpi != 1:
+            raise ValueError(f"paroquant wgmma: no register cap (maxnreg={maxnreg}) and one group per step (gpi={gpi})")
         return launch(grid, args, bm=bm, bn=bn, num_warps=num_warps, num_stages=num_stages, has_bias=bias is not None)
     extra = {"GPI": gpi} if kind == "gemv" else {"ASM": not INTERPRET}  # every tensor-core kind unpacks in PTX
     if kind.startswith("fold"):

@@ -23,6 +23,10 @@ Output modes (OUT_MODE):
 - 6 F16GF: F16G in the fragment order of paro_mma_gluon: channel 16q + 4i + p1 + 2e + 64p0 of a
            group at position 32q + 8i + 4p1 + 2p0 + e, so each MMA lane's 32 activations are
            contiguous (the kernel's docstring says why).
+- 7 PLAINW: PLAIN in the k order of paro_wgmma (fp16 wgmma with the weights dequantized into its
+           register A operand): channel 64h + t of a group (h the nibble, t the byte) at position
+           32(t // 16) + 16(t % 2) + 8h + 2((t // 4) % 4) + (t % 4) // 2, so that lane q's four weight
+           words q, q + 4, q + 8, q + 12 give its fragment registers with one shift and one LOP3 each.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import triton
 import triton.language as tl
 
 GROUP = 128
-ROT32, F16G, I8G, PLAIN, ROT32P, F16GF = 0, 1, 2, 3, 4, 6
+ROT32, F16G, I8G, PLAIN, ROT32P, F16GF, PLAINW = 0, 1, 2, 3, 4, 6, 7
 DENSE_MIN_M = 512  # bf16 rows from which the tensor-core path wins on every swept shape (RESULTS run 7)
 HILO = 5  # internal: a group matrix as bf16 high and low parts (rotate's dense path)
 
@@ -101,6 +105,9 @@ def _store_group(x, A, S, RS, rows, cols, rmask, g, p, M, K, G, BM: tl.constexpr
     if OUT_MODE == 6:  # F16GF: the fragment order (module docstring)
         r = cols % 64
         kk = g * 128 + 32 * (r // 16) + 8 * ((r % 16) // 4) + 4 * (r % 2) + 2 * (cols // 64) + (r % 4) // 2
+    elif OUT_MODE == 7:  # PLAINW: paro_wgmma's k order (module docstring)
+        t = cols % 64
+        kk = g * 128 + 32 * (t // 16) + 16 * (t % 2) + 8 * (cols // 64) + 2 * ((t // 4) % 4) + (t % 4) // 2
     else:
         kk = g * 128 + cols
     out = A + p * M * K + rows[:, None] * K + kk[None, :]
@@ -118,7 +125,7 @@ def _store_group(x, A, S, RS, rows, cols, rmask, g, p, M, K, G, BM: tl.constexpr
             scale = ((127 - 4 * (j % 4)) << 23).to(tl.float32, bitcast=True)  # 16^-(j % 4), built exactly
             tl.store(dest, x * scale[None, :], mask=rmask[:, None])
         tl.store(RS + p * M * G + rows * G + g, tl.sum(x, axis=1), mask=rmask)  # unscaled group sums
-    elif OUT_MODE == 3:
+    elif OUT_MODE == 3 or OUT_MODE == 7:
         tl.store(out, x.to(tl.float16), mask=rmask[:, None])
     else:
         amax = tl.max(tl.abs(x), axis=1)
@@ -189,7 +196,7 @@ def _rotate_dense_kernel(X, T, A, S, RS, M, K, G, stride_xm, BM: tl.constexpr, O
 
 
 _OUT_DTYPE = {ROT32: torch.float32, F16G: torch.float16, I8G: torch.int8, PLAIN: torch.float16, ROT32P: torch.float32,
-              F16GF: torch.float16}
+              F16GF: torch.float16, PLAINW: torch.float16}
 
 
 def prologue_tile(m: int) -> tuple[int, int]:
@@ -223,7 +230,7 @@ def rotate(x: torch.Tensor, tables: RotTables, mode: int,
            out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
            bm: int | None = None, warps: int | None = None, dense: bool | None = None):
     """x [M, K] (bf16/fp16/fp32) -> (A [P, M, K], S [P, M, G] fp32, RS [P, M, G] fp32).
-    S is None in ROT32(P) and PLAIN modes, RS in PLAIN. bm / warps override the rows per
+    S is None in ROT32(P) and PLAIN(W) modes, RS in PLAIN(W). bm / warps override the rows per
     program and warps (tile sweeps); dense forces (or refuses) the tensor-core path that
     bf16 activations of M >= DENSE_MIN_M rows take on sm_80+."""
     if x.dim() != 2 or x.shape[1] != tables.k:
@@ -256,7 +263,7 @@ def rotate(x: torch.Tensor, tables: RotTables, mode: int,
         _rotate_kernel[(g, triton.cdiv(m, bm), parts)](x, tables.partner, tables.cos, tables.ssin, tables.cs, a,
                                                        s, rs, m, k, g, x.stride(0), KROT=tables.krot, BM=bm,
                                                        OUT_MODE=mode, IDENT=False, num_warps=warps)
-    if mode == PLAIN:
+    if mode in (PLAIN, PLAINW):
         return a, None, None
     if mode in (ROT32, ROT32P):
         return a, None, rs

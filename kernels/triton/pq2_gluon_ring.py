@@ -63,15 +63,16 @@ def ring_offsets(M, N, K, G, BN: gl.constexpr, BT: gl.constexpr, W_L: gl.constex
                  C_L: gl.constexpr, S_L: gl.constexpr, QW: gl.constexpr):
     # this program's first token / row and the offsets its loads and copies start from; QW = 4: the
     # activations as int32 words (32 per group), 1: as bytes (128 per group). Indices are clamped into
-    # the tensors instead of masked (rows past N / tokens past M are never stored).
+    # the tensors instead of masked (rows past N / tokens past M are never stored); tokens past M wrap
+    # around instead of all reading token M - 1 (one address copied by most of a tile's threads).
     t0 = gl.program_id(0) * BT
     n0 = gl.program_id(1) * BN
     rw = gl.minimum(n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, W_L)), N - 1)
     w_off = block_row(rw, G, 8)[:, None] + gl.arange(0, 8, layout=gl.SliceLayout(0, W_L))[None, :]
     rn = gl.minimum(n0 + gl.arange(0, BN, layout=LN), N - 1)
-    c_tok = gl.minimum(t0 + gl.arange(0, BT, layout=gl.SliceLayout(1, C_L)), M - 1)
+    c_tok = (t0 + gl.arange(0, BT, layout=gl.SliceLayout(1, C_L))) % M
     q_off = c_tok[:, None] * (K // QW) + gl.arange(0, 128 // QW, layout=gl.SliceLayout(0, C_L))[None, :]
-    s_tok = gl.minimum(t0 + gl.arange(0, BT, layout=S_L), M - 1)
+    s_tok = (t0 + gl.arange(0, BT, layout=S_L)) % M
     return t0, n0, w_off, rn, q_off, s_tok
 
 
