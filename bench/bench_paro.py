@@ -117,7 +117,7 @@ def variants(m, i8):
 
 def path_name(layer, m):
     """What ops.forward runs for m rows: the scratch + cuBLAS path or the table's tile."""
-    if layer.scratch_prefill and m > ops.scratch_min_m(layer):
+    if ops.takes_scratch(layer, m):
         return "scratch+cuBLAS"
     return str(ops.tile_for(layer, m))
 

@@ -106,7 +106,7 @@ def main() -> None:
                     print(f"# {name} M={m} {t}: {type(e).__name__}", flush=True)
                     continue
                 res.append((us, t))
-                scratch = t is table and m > ops.scratch_min_m(layers[0]) and layers[0].scratch_prefill
+                scratch = t is table and ops.takes_scratch(layers[0], m)
                 with open(path, "a") as f:
                     f.write(json.dumps({"shape": name, "N": n, "K": k, "M": m, "us": round(us, 2), "table": t is table,
                                         "tile": "scratch+cuBLAS" if scratch else str(t), "roofline_us": round(roof, 2),

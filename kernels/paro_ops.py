@@ -47,6 +47,7 @@ TURING_GEMV_MAX_M = 8
 # without split-K) and every shape from M = 512 on except gate_up are faster on the scratch path
 WGMMA_MAX_M = 256
 WGMMA_MIN_N = 8192
+WGMMA_BT128_MAX_M = 128  # prefill rows up to this take the 128-token wgmma tile, 256 tokens above
 SMEM_LIMIT = {(7, 5): 64 * 1024, (8, 0): 163 * 1024, (8, 6): 99 * 1024, (8, 9): 99 * 1024, (9, 0): 227 * 1024}
 
 
@@ -222,7 +223,7 @@ def prefill_tile(cap: tuple[int, int], i8: bool, m: int = 2048) -> Tile:
     # mma.sync with 253 registers, and capped it spills (offline SASS: 168 stack bytes, 73 local
     # loads/stores per group) -- unmeasured there, so the compiler's choice.
     if cap[0] == 9 and not i8 and not interpreting():
-        return Tile(128 if m <= 128 else 256, 128, 8, 3, 1, "wgmma")
+        return Tile(128 if m <= WGMMA_BT128_MAX_M else 256, 128, 8, 3, 1, "wgmma")
     maxnreg = 168 if cap >= (9, 0) else 0
     t = Tile(128, 64, 4, 2, 1, "fold", maxnreg=maxnreg) if i8 else Tile(128, 256, 8, 3, 1, "deq")
     return fit_tile(t, smem_limit(cap), 1 if i8 else 2)
@@ -331,7 +332,7 @@ def check_partitions(layer: ParoLayer, a: torch.Tensor) -> None:
 
 
 def tile_for(layer: ParoLayer, m: int) -> Tile:
-    key = ("d", m) if m <= layer.decode_max_m else ("p", m <= 128)
+    key = ("d", m) if m <= layer.decode_max_m else ("p", m <= WGMMA_BT128_MAX_M)
     t = layer.tiles.get(key)
     if t is None:
         groups = layer.k // GROUP_SIZE
@@ -387,6 +388,11 @@ def scratch_min_m(layer: ParoLayer) -> int:
     return max(layer.decode_max_m, layer.wgmma_max_m)
 
 
+def takes_scratch(layer: ParoLayer, m: int) -> bool:
+    """Whether forward runs m rows (with no tile forced) on the dequant-to-scratch + cuBLAS path."""
+    return layer.scratch_prefill and m > scratch_min_m(layer)
+
+
 def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
             bias: torch.Tensor | None = None) -> torch.Tensor:
     """y [M, N] = the layer applied to x [M, K] (bf16 / fp16 / fp32), plus `bias` (else the
@@ -399,7 +405,7 @@ def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
     m = x.shape[0]
     if m == 0:  # an empty batch launches nothing (a zero-sized grid is an error for Triton)
         return x.new_empty(0, layer.n)
-    if tile is None and layer.scratch_prefill and m > scratch_min_m(layer):
+    if tile is None and takes_scratch(layer, m):
         y = _scratch_forward(layer, x, bias)
     else:
         t = tile or tile_for(layer, m)  # `tile` overrides the table (benchmark sweeps, tests)

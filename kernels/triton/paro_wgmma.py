@@ -38,23 +38,19 @@ def wgmma_layouts(bn: int, warps: int, bt: int):
     return w_l, c_l
 
 
+@gluon.constexpr_function
+def _deq_asm(shift):
+    # nibbles at bits shift and shift + 16 of $1 -> fp16x2 1024 + c (or 0x6400), minus (1024 + zp), times sc
+    mask = f"shr.b32 t, $1, {shift}; and.b32 t, t, 0x000F000F;" if shift else "and.b32 t, $1, 0x000F000F;"
+    return "{ .reg .b32 t; " + mask + " or.b32 t, t, 0x64006400; sub.f16x2 t, t, $3; mul.f16x2 $0, t, $5; }"
+
+
 @gluon.jit
 def _deq(w2, z2, s2, S: gl.constexpr):
     # nibbles at bits S and S + 16 of each weight word -> fp16x2 (c - zp) * sc; w2 / z2 / s2 hold
     # each word, (1024 + zp) as fp16x2 and sc as fp16x2 twice (pack = 2: one asm per word)
-    if S == 0:
-        asm: gl.constexpr = ("{ .reg .b32 t; and.b32 t, $1, 0x000F000F; or.b32 t, t, 0x64006400;"
-                             " sub.f16x2 t, t, $3; mul.f16x2 $0, t, $5; }")
-    elif S == 4:
-        asm: gl.constexpr = ("{ .reg .b32 t; shr.b32 t, $1, 4; and.b32 t, t, 0x000F000F; or.b32 t, t, 0x64006400;"
-                             " sub.f16x2 t, t, $3; mul.f16x2 $0, t, $5; }")
-    elif S == 8:
-        asm: gl.constexpr = ("{ .reg .b32 t; shr.b32 t, $1, 8; and.b32 t, t, 0x000F000F; or.b32 t, t, 0x64006400;"
-                             " sub.f16x2 t, t, $3; mul.f16x2 $0, t, $5; }")
-    else:
-        asm: gl.constexpr = ("{ .reg .b32 t; shr.b32 t, $1, 12; and.b32 t, t, 0x000F000F; or.b32 t, t, 0x64006400;"
-                             " sub.f16x2 t, t, $3; mul.f16x2 $0, t, $5; }")
-    return gl.inline_asm_elementwise(asm, "=r,r,r,r,r,r,r", [w2, z2, s2], dtype=gl.float16, is_pure=True, pack=2)
+    return gl.inline_asm_elementwise(_deq_asm(S), "=r,r,r,r,r,r,r", [w2, z2, s2], dtype=gl.float16, is_pure=True,
+                                     pack=2)
 
 
 @gluon.jit

@@ -33,20 +33,20 @@ from radiance.kernels.triton.pq2_common import block_row, group_acc, group_off
 NO_COPIES = gl.constexpr(1 << 30)  # program_tile's rotated-copy bounds: pq2 has one activation copy
 
 
+@gluon.constexpr_function
+def _plane_asm(s):
+    # (b >> 2s) & 3 per byte of $1
+    if not s:
+        return "and.b32 $0, $1, 0x03030303;"
+    return f"{{ .reg .b32 t; shr.b32 t, $1, {2 * s}; and.b32 $0, t, 0x03030303; }}"
+
+
 @gluon.jit
 def _plane(x4, s: gl.constexpr):
     # plane s of a weight word, (b >> 2s) & 3 per byte, as four int8 codes in one register; x4
     # repeats each word four times (one asm instance per word: pack=4 reads four 32-bit inputs
     # and writes one register of four bytes)
-    if s == 0:
-        asm: gl.constexpr = "and.b32 $0, $1, 0x03030303;"
-    elif s == 1:
-        asm: gl.constexpr = "{ .reg .b32 t; shr.b32 t, $1, 2; and.b32 $0, t, 0x03030303; }"
-    elif s == 2:
-        asm: gl.constexpr = "{ .reg .b32 t; shr.b32 t, $1, 4; and.b32 $0, t, 0x03030303; }"
-    else:
-        asm: gl.constexpr = "{ .reg .b32 t; shr.b32 t, $1, 6; and.b32 $0, t, 0x03030303; }"
-    return gl.inline_asm_elementwise(asm, "=r,r,r,r,r", [x4], dtype=gl.int8, is_pure=True, pack=4)
+    return gl.inline_asm_elementwise(_plane_asm(s), "=r,r,r,r,r", [x4], dtype=gl.int8, is_pure=True, pack=4)
 
 
 @gluon.jit
