@@ -27,6 +27,7 @@ from timing import copy_bandwidth, graph_time
 from radiance.kernels import paro_ops as ops
 from radiance.kernels.triton import paro_random as rnd
 from radiance.kernels.triton import paro_rotate as pr
+from radiance.kernels.triton import paro_scratch
 
 ROTATE_BYTES = 256 << 20  # weight bytes cycled through per replay: > 4x the 60 MB L2
 SHAPES = {  # name: partition sizes along N, K (in the order they are measured)
@@ -138,6 +139,8 @@ def main():
     ap.add_argument("--sweep-shapes", default=",".join(SWEEP_SHAPES), help="shapes whose tiles are swept")
     ap.add_argument("--ms", default=",".join(map(str, MS)), help="row counts timed (comma list)")
     ap.add_argument("--sweep-ms", default=",".join(map(str, SWEEP_MS)), help="row counts whose tiles are swept")
+    ap.add_argument("--scratch-rows", default="", help="also time the scratch path with the weight dequantized in "
+                    "pieces of these rows (comma list, 0 = whole; paro_ops.scratch_piece_rows) at every prefill M")
     ap.add_argument("--sweep-kinds", default="", help="only these kinds' tiles are swept (comma list; default all)")
     ap.add_argument("--no-extras", action="store_true", help="skip the prologue-alone and 4-layer stack timings")
     args = ap.parse_args()
@@ -222,6 +225,12 @@ def main():
                 ops.reserve_scratch(p16[0].wb.device, 0, n * k)
                 runs.append(("w4a16_scratch", [dataclasses.replace(l, scratch_prefill=True, tiles={}) for l in p16],
                              None))
+            for rows in (map(int, args.scratch_rows.split(",")) if args.scratch_rows and m > 64 else ()):
+                # the scratch path at every prefill M (no wgmma band), whole or in pieces, paired in this run
+                ops.reserve_scratch(p16[0].wb.device, 0, n * k)
+                paro_scratch.side_stream(p16[0].wb.device)
+                runs.append((f"w4a16_scratch_r{rows}", [dataclasses.replace(l, scratch_prefill=True, scratch_rows=rows,
+                                                                            wgmma_max_m=0, tiles={}) for l in p16], None))
             for label, layers, gkind in runs:
                 try:
                     us = graph_time([lambda l=l, x=xs[i % 4]: ops.forward(l, x) for i, l in enumerate(layers)])

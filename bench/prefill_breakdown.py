@@ -1,5 +1,5 @@
 """Where the W4A16 prefill time goes on the dequant-to-scratch + cuBLAS path (one device call):
-each step of `paro_ops._scratch_forward` timed alone under CUDA graphs (weight copies > L2),
+each step of `paro_scratch.forward` timed alone under CUDA graphs (weight copies > L2),
 beside the whole forward and cuBLAS bf16 on the same shape.
 
     python3 bench/prefill_breakdown.py --ms 512,2048 --shapes gate_up,down

@@ -135,6 +135,16 @@ def wgmma_prefill_max_m(cap: tuple[int, int], i8: bool, n: int, on_gpu: bool) ->
     return WGMMA_MAX_M if knob("RADIANCE_PQ_SCRATCH_GEMM") in (None, "") else 0
 
 
+def scratch_piece_rows() -> int:
+    """RADIANCE_PQ_SCRATCH_ROWS: weight rows per dequantized piece on the scratch path (a multiple
+    of 128; 0 = the whole weight at once)."""
+    rows = knob_int("RADIANCE_PQ_SCRATCH_ROWS")
+    if rows < 0 or rows % 128:
+        raise ValueError(f"RADIANCE_PQ_SCRATCH_ROWS={rows}: use 0 (the whole weight at once) or a positive "
+                         "multiple of 128 (weight rows per dequantized piece)")
+    return rows
+
+
 def use_int8(cap: tuple[int, int]) -> bool:
     raw = knob("RADIANCE_PQ_I8") or "0"
     if raw not in ("0", "1"):
@@ -277,6 +287,7 @@ class ParoLayer:
     scratch_prefill: bool
     bias: torch.Tensor | None = None
     wgmma_max_m: int = 0  # prefill rows up to this run the fused wgmma GEMM (wgmma_prefill_max_m)
+    scratch_rows: int = 0  # scratch path: weight rows dequantized per piece, 0 = all at once (scratch_piece_rows)
     tiles: dict = field(default_factory=dict)
 
     @property
@@ -316,9 +327,11 @@ def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: li
                       paro_rotate.build_tables(rotations, device),
                       tuple((bounds + [1 << 30, 1 << 30])[:2]), n, k, cap, sms,
                       knob_int("RADIANCE_PQ_DECODE_MAX_M"), i8, scratch_gemm_preferred(cap, i8), bias,
-                      wgmma_prefill_max_m(cap, i8, n, device.type == "cuda"))
+                      wgmma_prefill_max_m(cap, i8, n, device.type == "cuda"), scratch_piece_rows())
     part = max(decode_tile(m, n, g, sms, cap, layer.i8).split * m * n for m in range(1, layer.decode_max_m + 1))
-    deq = n * k if layer.scratch_prefill else 0
+    deq = 0 if not layer.scratch_prefill else n * k if not layer.scratch_rows else 2 * min(layer.scratch_rows, n) * k
+    if layer.scratch_prefill and layer.scratch_rows and device.type == "cuda":
+        paro_scratch.side_stream(device)  # created here, outside any graph capture
     reserve_scratch(device, part, deq)
     return layer
 
@@ -364,21 +377,6 @@ def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor | None, rs: 
     return y
 
 
-def _scratch_forward(layer: ParoLayer, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    a, _, _ = paro_rotate.rotate(x, layer.tables, paro_rotate.PLAIN)
-    scr = _SCRATCH[x.device]
-    w = paro_scratch.dequant(layer.wb, layer.sc, layer.d, scr.deq[: layer.n * layer.k].view(layer.n, layer.k))
-    edges = [0] + [b for b in layer.bounds if b < layer.n] + [layer.n]
-    y = torch.empty(x.shape[0], layer.n, dtype=a.dtype, device=x.device)
-    for p in range(layer.parts):  # each partition's GEMM writes its column slice in place (no cat)
-        e0, e1 = edges[p], edges[p + 1]
-        if bias is None:
-            torch.mm(a[p], w[e0:e1].t(), out=y[:, e0:e1])
-        else:  # cuBLAS adds the bias before its one rounding
-            torch.addmm(bias[e0:e1].to(a.dtype), a[p], w[e0:e1].t(), out=y[:, e0:e1])
-    return paro_scratch.cast(y, x.dtype)
-
-
 def scratch_min_m(layer: ParoLayer) -> int:
     """Rows above which a W4A16 call takes the dequant-to-scratch + cuBLAS path (when enabled):
     above the decode band and the sm_90 fused band (wgmma_max_m), and on sm_75 above
@@ -406,7 +404,7 @@ def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
     if m == 0:  # an empty batch launches nothing (a zero-sized grid is an error for Triton)
         return x.new_empty(0, layer.n)
     if tile is None and takes_scratch(layer, m):
-        y = _scratch_forward(layer, x, bias)
+        y = paro_scratch.forward(layer, x, bias, _SCRATCH[x.device].deq)
     else:
         t = tile or tile_for(layer, m)  # `tile` overrides the table (benchmark sweeps, tests)
         if layer.i8 and t.kind in W4A16_ONLY:

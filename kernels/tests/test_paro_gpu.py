@@ -225,6 +225,36 @@ def test_wgmma_prefill_band_on_sm90(gen, monkeypatch):
         assert rnd.rel(ops.forward(layer, x, bias=bias), ref + bias.float()) <= 2e-3, f"M={m} bias"
 
 
+def test_scratch_pieces_on_a_side_stream_and_in_a_cuda_graph(gen, monkeypatch):
+    # RADIANCE_PQ_SCRATCH_ROWS: the weight dequantized in pieces on a side stream, two buffers
+    # reused (five pieces here); eager and graph-replayed against the fp32 reference (2e-3), and the
+    # replay equal to eager (the same kernels in the same order)
+    from radiance.kernels import paro_ops as ops
+    from radiance.kernels.triton import paro_random as rnd
+
+    monkeypatch.setenv("RADIANCE_PQ_SCRATCH_GEMM", "1")
+    monkeypatch.setenv("RADIANCE_PQ_SCRATCH_ROWS", "512")
+    parts = _layers([1024, 1536], 2048, gen)
+    layer = _prepare(parts, False)
+    assert layer.scratch_rows == 512
+    bias = torch.randn(2560, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(300, 2048, device="cuda", dtype=torch.bfloat16)
+    ref = rnd.reference_merged(x, parts, None) + bias.float()
+    eager = ops.forward(layer, x, bias=bias)
+    assert rnd.rel(eager, ref) <= 2e-3
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        ops.forward(layer, x, bias=bias)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = ops.forward(layer, x, bias=bias)
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, eager)
+
+
 def test_cast_rounds_like_torch():
     from radiance.kernels.triton import paro_scratch
 

@@ -33,6 +33,7 @@ def _main() -> None:
     from radiance.kernels import reference
     from radiance.kernels.triton import paro_random as rnd
     from radiance.kernels.triton import paro_rotate as pr
+    from radiance.kernels.triton import paro_scratch
 
     gen = torch.Generator().manual_seed(7)
     failures = []
@@ -129,6 +130,12 @@ def _main() -> None:
     bias = torch.randn(layer.n, generator=gen).to(torch.float16)
     check("scratch+mm P2 M=70 bias", rnd.rel(ops.forward(layer, x, bias=bias),
                                             rnd.reference_merged(x, cases[1][1], None) + bias.float()), 2e-3)
+    os.environ["RADIANCE_PQ_SCRATCH_ROWS"] = "128"  # the weight in pieces of 128 rows, two buffers
+    pieced = ops.prepare(qw, qz, sc, rots, bounds, cap=(7, 5))
+    assert pieced.scratch_rows == 128 and len(paro_scratch.pieces([0] + list(bounds) + [pieced.n], 128)) == 3
+    check("scratch pieces P2 M=70 bias", rnd.rel(ops.forward(pieced, x, bias=bias),
+                                                rnd.reference_merged(x, cases[1][1], None) + bias.float()), 2e-3)
+    os.environ["RADIANCE_PQ_SCRATCH_ROWS"] = "0"
     if failures:
         print("FAILED:", failures)
         sys.exit(1)

@@ -130,6 +130,10 @@ def test_bad_knob_values_are_errors(monkeypatch):
     monkeypatch.setenv("RADIANCE_PQ_SCRATCH_GEMM", "yes")
     with pytest.raises(ValueError, match="RADIANCE_PQ_SCRATCH_GEMM"):
         ops.scratch_gemm_preferred((9, 0), False)
+    monkeypatch.setenv("RADIANCE_PQ_SCRATCH_ROWS", "100")
+    with pytest.raises(ValueError, match="RADIANCE_PQ_SCRATCH_ROWS=100: use 0"):
+        ops.scratch_piece_rows()
+    monkeypatch.setenv("RADIANCE_PQ_SCRATCH_ROWS", "0")
     monkeypatch.setenv("RADIANCE_PQ_I8", "2")
     with pytest.raises(ValueError, match="RADIANCE_PQ_I8"):
         ops.use_int8((9, 0))
