@@ -225,11 +225,11 @@ def main():
                 ops.reserve_scratch(p16[0].wb.device, 0, n * k)
                 runs.append(("w4a16_scratch", [dataclasses.replace(l, scratch_prefill=True, tiles={}) for l in p16],
                              None))
-            for rows in (map(int, args.scratch_rows.split(",")) if args.scratch_rows and m > 64 else ()):
+            for piece in (map(int, args.scratch_rows.split(",")) if args.scratch_rows and m > 64 else ()):
                 # the scratch path at every prefill M (no wgmma band), whole or in pieces, paired in this run
                 ops.reserve_scratch(p16[0].wb.device, 0, n * k)
                 paro_scratch.side_stream(p16[0].wb.device)
-                runs.append((f"w4a16_scratch_r{rows}", [dataclasses.replace(l, scratch_prefill=True, scratch_rows=rows,
+                runs.append((f"w4a16_scratch_r{piece}", [dataclasses.replace(l, scratch_prefill=True, scratch_rows=piece,
                                                                             wgmma_max_m=0, tiles={}) for l in p16], None))
             for label, layers, gkind in runs:
                 try:
