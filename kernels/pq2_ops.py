@@ -160,7 +160,7 @@ def choose(layer: Pq2Layer, m: int, device: torch.device, kernel_set: str | None
     """The (path, tile) forward runs M rows on: the kernel set's band choice and the measured table,
     unless forced."""
     kernel_set = kernel_set or os.environ.get("RADIANCE_PQ2_KERNELS", "tuned")
-    chosen, split_k = table.select_path(kernel_set, m, os.environ, _capability(device))
+    chosen, split_k = table.select_path(kernel_set, m, os.environ, _capability(device), layer.n)
     path = path or chosen
     if tile is None:
         tile = table.tile_for(path, layer.n, layer.k, m, _sms(device), split_k, _family(device))

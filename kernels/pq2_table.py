@@ -8,9 +8,9 @@ Kernel sets (RADIANCE_PQ2_KERNELS):
 - exact: only paths bit-identical to legacy: the masked-plane tensor-core kernel without split-K
   for M >= 2, legacy at M = 1 (the DP4A GEMV sums its groups in another order);
 - tuned: the fastest: DP4A GEMV at M = 1, the Gluon mma.sync kernel at M = 2..GLUON_MAX_M, the
-  masked-plane kernel above (on sm_90 above WGMMA_MIN_M the Gluon async-wgmma kernel, also
-  bit-identical to legacy, so `exact` takes it too), split-K where the grid is small, the skinny
-  split-K GEMM.
+  masked-plane kernel above (on sm_90 the Gluon async-wgmma kernel above WGMMA_MIN_M, and from
+  M = 17 on layers at least WGMMA_MIN_N wide; bit-identical to legacy, so `exact` takes it too),
+  split-K where the grid is small, the skinny split-K GEMM.
 A per-path switch (RADIANCE_PQ2_M1 / _SMALL / _PREFILL, RADIANCE_SKINNY_GEMM) overrides the set
 for its band, for paired before/after runs.
 """
@@ -68,12 +68,18 @@ GLUON_MAX_M = 8
 # 1269 µs vs planes 393 / 1465, down 216 / 684 vs 303 / 832, qkv 151 / 548 vs 160 / 563, out 83 / 255
 # vs 108 / 295; at M = 64 planes' split-K tiles keep down and out (48 vs 77, 22 vs 30 µs)
 WGMMA_MIN_M = 65
+# ... and from M = 17 on layers this wide (run 18, µs, table tiles: 64 x 32 tokens at M <= 32, 64 x 64
+# above): gate_up M = 17 / 32 / 48 / 64 42.4 / 43.4 / 65.1 / 66.1 vs planes 48.4 / 50.9 / 82.4 / 86.0,
+# qkv 24.7 / 25.2 / 30.2 / 30.4 vs 24.4 / 25.7 / 43.5 / 44.1, lm_head 207 / 215 / 319 / 330 vs 652 /
+# 653 / 684 / 779; on N = 5120 planes' split-K tiles stay ahead (down 36.8 vs 66.0 at M = 17)
+WGMMA_MIN_N = 8192
 
 
-def select_path(kernel_set: str, m: int, env: dict[str, str], capability: tuple[int, int] = (8, 0)) -> tuple[str, bool]:
-    """-> (path, split_k_allowed) for M rows on a GPU of `capability`. `env` holds the switches
-    (os.environ or a test dict). Before sm_80 every band and set runs the DP4A kernel (the sets
-    coincide there)."""
+def select_path(kernel_set: str, m: int, env: dict[str, str], capability: tuple[int, int] = (8, 0),
+                n: int = 0) -> tuple[str, bool]:
+    """-> (path, split_k_allowed) for M rows of a layer with N outputs on a GPU of `capability`.
+    `env` holds the switches (os.environ or a test dict). Before sm_80 every band and set runs the
+    DP4A kernel (the sets coincide there)."""
     b = band(m)
     path = SET_PATHS[check_set(kernel_set)][b]
     name, allowed = SWITCHES[b]
@@ -84,7 +90,8 @@ def select_path(kernel_set: str, m: int, env: dict[str, str], capability: tuple[
         path = raw
     elif kernel_set == "tuned" and b == "small" and m <= GLUON_MAX_M:
         path = "gluon"
-    elif kernel_set in ("tuned", "exact") and b == "prefill" and m >= WGMMA_MIN_M and capability[0] == 9:
+    elif kernel_set in ("tuned", "exact") and b == "prefill" and (m >= WGMMA_MIN_M or n >= WGMMA_MIN_N) \
+            and capability[0] == 9:
         path = "gluon_wgmma"
     if capability < (8, 0):
         if raw in TENSOR_CORE_PATHS:
@@ -229,7 +236,9 @@ CANDIDATES: dict[str, list[Tile]] = {
     # tokens, `stages` >= 3 ring stages; no split-K. Run 16: 4 stages and no in-program overlap won
     # on every shape and M (fewer registers and less shared memory: more programs per SM)
     "gluon_wgmma": [Tile(bn=bn, bt=bt, warps=w, stages=st, overlap=ov) for bn, w, bt in
-                    ((64, 4, 64), (128, 4, 64), (128, 8, 128), (256, 8, 64)) for st in (4, 6, 8) for ov in (True, False)],
+                    ((64, 4, 64), (128, 4, 64), (128, 8, 128), (256, 8, 64)) for st in (4, 6, 8) for ov in (True, False)]
+    # narrow token tiles for M = 17..64 (run 18)
+    + [Tile(bn=bn, bt=32, warps=4, stages=4, overlap=False) for bn in (64, 128)],
     "gluon": [Tile(bn=bn, bt=bt, bc=gu, warps=w, splits=s, stages=st) for bt in (8, 16)
               for bn, w in ((64, 4), (128, 4), (256, 4), (256, 8)) for s in (1, 2, 4, 8)
               for gu, st in ((1, 1), (2, 1), (1, 4), (1, 8))],
@@ -264,8 +273,9 @@ def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family:
             t = replace(t, splits=_splits_for(-(-n // t.bn) * -(-m // t.bt), groups, sms, 4) if split_k else 1)
         elif path == "gluon_ring":
             t = Tile(bn=128, bt=64, warps=4, stages=2)
-        elif path == "gluon_wgmma":  # run 16: 128 x 64 at M >= 512 on gate_up, down, qkv, out; 64 x 64 at M = 64
-            t = Tile(bn=128 if m > 64 else 64, bt=64, warps=4, stages=4, overlap=False)
+        elif path == "gluon_wgmma":  # run 16: 128 x 64 at M >= 512 on gate_up, down, qkv, out; 64 x 64 at
+            # M = 64; run 18: 64 x 32 at M <= 32 (gate_up M = 17 42.4 vs 69.9 µs, lm_head 207 vs 320)
+            t = Tile(bn=128 if m > 64 else 64, bt=32 if m <= 32 else 64, warps=4, stages=4, overlap=False)
         elif path == "legacy":
             t = Tile(bn=64, bt=16 if m <= 16 else 64, warps=4, stages=1)
         else:

@@ -49,9 +49,10 @@ KNOBS: dict[str, Knob] = {
              "pq2 path at M = 2..16 on NVIDIA, overriding the kernel set: `planes` (masked-plane int8 tl.dot kernel), `gluon` (int8 mma.sync in Gluon, weight words unpacked straight into the operand registers; the `tuned` set's choice at M = 2..8 on sm_80+), `dp4a` (the DP4A GEMV, up to 4 token rows per program sharing each weight word) or `legacy`."),
         Knob("RADIANCE_PQ2_PREFILL", None, False,
              "pq2 path at M > 16 on NVIDIA, overriding the kernel set: `planes` (masked-plane int8 tl.dot kernel; "
-             "the sets' choice up to M = 64 and off sm_90), `gluon_wgmma` (async int8 wgmma in Gluon, weights "
-             "unpacked into its register operand; sm_90 only; the `tuned` and `exact` sets' choice above M = 64 "
-             "there), `gluon_ring` (int8 mma.sync in Gluon, activations through a shared-memory ring; sm_80+) "
+             "the sets' choice off sm_90, and on sm_90 up to M = 64 on layers narrower than 8192 outputs), "
+             "`gluon_wgmma` (async int8 wgmma in Gluon, weights unpacked into its register operand; sm_90 only; "
+             "the `tuned` and `exact` sets' choice there above M = 64, and from M = 17 on layers with N ≥ 8192), "
+             "`gluon_ring` (int8 mma.sync in Gluon, activations through a shared-memory ring; sm_80+) "
              "or `legacy`."),
         Knob("RADIANCE_SKINNY_GEMM", None, False,
              "`1`: split-K Triton GEMM for unquantized projections with M <= 16, N <= 256 on NVIDIA; `0`: cuBLAS. Unset: on in the `tuned` pq2 set."),

@@ -53,6 +53,14 @@ def test_wgmma_prefill_on_sm90_only():
     assert table.select_path("tuned", 2048, {}, (9, 0)) == ("gluon_wgmma", True)
     assert table.select_path("exact", 65, {}, (9, 0)) == ("gluon_wgmma", False)  # bit-identical to legacy
     assert table.select_path("tuned", 64, {}, (9, 0))[0] == "planes"
+    # M = 17..64: wgmma on the wide layers only (run 18), 32-token tiles up to M = 32
+    assert table.select_path("tuned", 17, {}, (9, 0), n=34816)[0] == "gluon_wgmma"
+    assert table.select_path("exact", 64, {}, (9, 0), n=table.WGMMA_MIN_N) == ("gluon_wgmma", False)
+    assert table.select_path("tuned", 64, {}, (9, 0), n=5120)[0] == "planes"
+    assert table.select_path("tuned", 16, {}, (9, 0), n=34816)[0] == "planes"  # the small band is another table
+    assert table.select_path("tuned", 17, {}, (8, 6), n=34816)[0] == "planes"
+    assert table.tile_for("gluon_wgmma", 34816, 5120, 32, 132, True, "sm_90").bt == 32
+    assert table.tile_for("gluon_wgmma", 34816, 5120, 33, 132, True, "sm_90").bt == 64
     assert table.select_path("legacy", 2048, {}, (9, 0))[0] == "legacy"
     assert table.select_path("tuned", 2048, {}, (8, 6))[0] == "planes"
     assert table.select_path("tuned", 2048, {"RADIANCE_PQ2_PREFILL": "gluon_ring"}, (8, 6))[0] == "gluon_ring"
