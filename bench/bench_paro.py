@@ -40,6 +40,21 @@ SWEEP_MS = (1, 4, 16, 2048)
 SWEEP_SHAPES = ("gate_up",)
 
 
+def shape_args(shapes: str, ms: str) -> argparse.Namespace:
+    """--shapes / --ms (comma lists, these defaults) of the single-purpose paroquant scripts."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default=shapes)
+    ap.add_argument("--ms", default=ms)
+    return ap.parse_args()
+
+
+def each_shape(names: str):
+    """(name, partition sizes, K, N) for each comma-listed SHAPES name."""
+    for name in names.split(","):
+        sizes, k = SHAPES[name]
+        yield name, sizes, k, sum(sizes)
+
+
 def paro_layers(sizes, k, count, gen, i8):
     os.environ["RADIANCE_PQ_I8"] = "1" if i8 else "0"
     out = []

@@ -9,13 +9,12 @@ and board power are sampled by nvidia-smi while each one replays.
 
 from __future__ import annotations
 
-import argparse
 import math
 import subprocess
 
 import torch
 
-from bench_paro import ROTATE_BYTES, SHAPES, paro_layers
+from bench_paro import ROTATE_BYTES, each_shape, paro_layers, shape_args
 from timing import graph_time
 
 from radiance.kernels.triton import paro_rotate as pr
@@ -35,14 +34,9 @@ def sampled(fns) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shapes", default="gate_up,down,qkv")
-    ap.add_argument("--ms", default="2048")
-    args = ap.parse_args()
+    args = shape_args("gate_up,down,qkv", "2048")
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for name in args.shapes.split(","):
-        sizes, k = SHAPES[name]
-        n = sum(sizes)
+    for name, sizes, k, n in each_shape(args.shapes):
         copies = max(2, math.ceil(ROTATE_BYTES / (2 * n * k)))
         layer = paro_layers(sizes, k, 1, gen, False)[0]
         deq16 = paro_scratch.dequant(layer.wb, layer.sc, layer.d,

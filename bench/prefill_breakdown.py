@@ -7,12 +7,11 @@ beside the whole forward and cuBLAS bf16 on the same shape.
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import torch
 
-from bench_paro import ROTATE_BYTES, SHAPES, paro_layers, share_weights
+from bench_paro import ROTATE_BYTES, each_shape, paro_layers, shape_args, share_weights
 from timing import graph_time
 
 from radiance.kernels import paro_ops as ops
@@ -21,14 +20,9 @@ from radiance.kernels.triton import paro_rotate as pr
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shapes", default="gate_up,down,qkv,out")
-    ap.add_argument("--ms", default="512,2048")
-    args = ap.parse_args()
+    args = shape_args("gate_up,down,qkv,out", "512,2048")
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for name in args.shapes.split(","):
-        sizes, k = SHAPES[name]
-        n = sum(sizes)
+    for name, sizes, k, n in each_shape(args.shapes):
         copies = max(2, math.ceil(ROTATE_BYTES / (n * k * 4.25 / 8)))
         layers = share_weights(paro_layers(sizes, k, 1, gen, False)[0], copies)
         deq = ops._SCRATCH[layers[0].wb.device].deq[: n * k].view(n, k)
