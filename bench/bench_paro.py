@@ -124,6 +124,9 @@ def variants(m, i8):
         out += [ops.Tile(bm, bn, w, st, sp, "deqt") for bn, w, st, sp in
                 ((64, 4, 4, 0), (128, 4, 4, 0), (128, 8, 3, 0), (64, 4, 4, -2), (128, 4, 3, -2),
                  (64, 4, 2, 0), (128, 4, 2, 0), (64, 4, 2, -2))]
+    if not i8:  # the sm_90 fused kind with its smallest token tile: on the wide layers pq2's wgmma
+        # kernel beat its decode-band kernel from M = 17 (RESULTS pq2 run 18); not yet timed for paroquant
+        out += [ops.Tile(64, bn, w, st, 1, "wgmma") for bn, w, st in ((128, 8, 3), (64, 4, 3), (64, 4, 4))]
     if not i8 and m <= 4:
         out += [ops.Tile(1, bn, w, st, sp, "gemv", gpi) for bn, w, st, sp, gpi in
                 ((64, 4, 3, 0, 1), (64, 4, 3, 0, 2), (64, 4, 3, 0, 4), (128, 4, 3, 0, 4), (128, 8, 3, 0, 4),
