@@ -329,7 +329,7 @@ def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: li
                       knob_int("RADIANCE_PQ_DECODE_MAX_M"), i8, scratch_gemm_preferred(cap, i8), bias,
                       wgmma_prefill_max_m(cap, i8, n, device.type == "cuda"), scratch_piece_rows())
     part = max(decode_tile(m, n, g, sms, cap, layer.i8).split * m * n for m in range(1, layer.decode_max_m + 1))
-    deq = 0 if not layer.scratch_prefill else n * k if not layer.scratch_rows else 2 * min(layer.scratch_rows, n) * k
+    deq = paro_scratch.scratch_elems(n, k, layer.scratch_rows) if layer.scratch_prefill else 0
     if layer.scratch_prefill and layer.scratch_rows and device.type == "cuda":
         paro_scratch.side_stream(device)  # created here, outside any graph capture
     reserve_scratch(device, part, deq)

@@ -42,6 +42,12 @@ def dequant(wb, sc, d, out: torch.Tensor, n0: int = 0, n1: int | None = None) ->
     return out
 
 
+def scratch_elems(n: int, k: int, rows: int) -> int:
+    """fp16 elements the scratch path of an [n, k] weight needs: the whole dequantized weight, or
+    (rows > 0) two buffers of `rows` weight rows each."""
+    return n * k if not rows else 2 * min(rows, n) * k
+
+
 def pieces(edges: list[int], rows: int) -> list[tuple[int, int, int]]:
     """(partition, n0, n1) of at most `rows` output columns each (0: one per partition), never
     straddling a partition edge."""
@@ -138,7 +144,7 @@ def forward(layer, x: torch.Tensor, bias: torch.Tensor | None, deq: torch.Tensor
     one cuBLAS GEMM per partition or piece writing its column slice of y in place, cast to x's dtype."""
     edges = [0] + [b for b in layer.bounds if b < layer.n] + [layer.n]
     if layer.scratch_rows:  # pieces of the weight, double-buffered, dequantized beside the GEMMs
-        half = min(layer.scratch_rows, layer.n) * layer.k
+        half = scratch_elems(layer.n, layer.k, layer.scratch_rows) // 2
         y = pipelined_gemm(lambda: paro_rotate.rotate(x, layer.tables, paro_rotate.PLAIN)[0], layer.wb, layer.sc,
                            layer.d, [deq[:half], deq[half:2 * half]], pieces(edges, layer.scratch_rows), bias,
                            x.shape[0], layer.n)
