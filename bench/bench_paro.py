@@ -145,7 +145,9 @@ def with_split(layer, m, t):
     if m > 64:
         return t
     base = ops.tile_for(layer, m).split
-    sp = base if t.split == 0 else min(16, base * 2)
+    sp = base if t.split == 0 else min(16, base * 2) if t.split == -2 else t.split
+    # the layer reserved partials for its own splits only: grow them for the swept one
+    ops.reserve_scratch(layer.wb.device, sp * m * layer.n, 0)
     return dataclasses.replace(t, split=sp)
 
 

@@ -33,7 +33,7 @@ MAX_PARTS = 3
 W4A16_ONLY = ("deqt", "gemv", "gemv_gl", "gemv_ca", "mma_gl", "wgmma")  # kinds that multiply fp16/fp32 activations only
 GEMV_MAX_M = 1  # W4A16 rows up to this run the Triton CUDA-core gemv (one program per row)
 GEMV_GL_MAX_M = 2  # ... and up to this the Gluon one (all rows in one program), where mma_gl does not take them:
-MMA_GL_MAX_M = 8  # W4A16 rows 1..this on sm_80+: the Gluon tensor-core kind (one program serves 8 tokens)
+MMA_GL_MAX_M = 16  # W4A16 rows 1..this on sm_80+: the Gluon tensor-core kind (8 tokens per program, 16 above 8)
 # Below Ampere Triton 3.6 lowers tl.dot to FMA (no tensor cores; offline SASS for sm_75: the deq /
 # deqt / fold tiles spill 300-3700 bytes per thread), so Turing keeps every decode row on the Gluon
 # GEMV (4 rows per program, no spills) up to this M, and above it dequantizes to the scratch for
@@ -200,11 +200,18 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
     # rows), else BN 64 on 2; split-K from the BN-64 block count as before. Call 6 (M = 1 / 2 / 4 / 8,
     # µs; in brackets the table it replaced, a 3-stage BN-64 ring, timed in the same call): gate_up 39.8 / 40.3 / 41.2 / 42.4 (41.9 / 45.4 /
     # 45.6 / 45.4), down 26.3 / 27.4 / 27.6 / 27.9 (28.0 / 27.4 / 28.0 / 28.4), qkv and out within 3 %.
+    # Run 19 (M = 12, 16): 16 tokens per program on the same ring beat deqt by 4-9 % on gate_up, down
+    # and qkv (gate_up M = 16 59.6 vs 62.2 µs, down 35.5 vs 38.0, qkv 31.1 vs 33.7) and lost 3 % on
+    # out (19.5 vs 18.9); 3 stages, and split-K to about 5 programs per SM (132-146 registers: 3 to 7
+    # programs fit) -- twice that lost 10-15 % on qkv
     kind1 = gemv_kind(cap) if not i8 and (m == 1 or cap < (8, 0)) else None
     if not i8 and cap >= (8, 0) and not interpreting() and (2 <= m <= MMA_GL_MAX_M or kind1 == "mma_gl"):
         bn, warps = (128, 4) if n >= 128 * sms else (64, 2)
-        want = max(1, min(8, groups // 2, triton.cdiv(8 * sms, triton.cdiv(n, 64))))
-        return fit_tile(Tile(8, bn, warps, 4, 1 << (want.bit_length() - 1), "mma_gl"), smem_limit(cap))
+        if m <= 8:
+            want = max(1, min(8, groups // 2, triton.cdiv(8 * sms, triton.cdiv(n, 64))))
+            return fit_tile(Tile(8, bn, warps, 4, 1 << (want.bit_length() - 1), "mma_gl"), smem_limit(cap))
+        want = max(1, min(8, groups // 2, 5 * sms // triton.cdiv(n, bn)))
+        return fit_tile(Tile(16, bn, warps, 3, 1 << (want.bit_length() - 1), "mma_gl"), smem_limit(cap))
     turing_gemv = cap < (8, 0) and not i8 and m <= TURING_GEMV_MAX_M
     if not i8 and (m <= GEMV_GL_MAX_M or turing_gemv) and kind1 == "gemv_gl":
         kind, bm, per_sm, gpi, cap_split = "gemv_gl", m if m <= 2 else 4, 12, 1, 8

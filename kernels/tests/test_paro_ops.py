@@ -53,7 +53,8 @@ def test_turing_decode_rows_stay_on_the_gemv_then_go_to_the_scratch(monkeypatch)
         assert bm < 4 or t.bn == 64  # 2 columns per thread at 4 rows (register budget)
     assert ops.decode_tile(9, 34816, 40, 30, (7, 5)).kind == "deqt"  # only if the scratch path is off
     assert ops.decode_tile(3, 34816, 40, 30, (8, 6)).kind == "mma_gl"  # Ampere has the tensor cores
-    assert ops.decode_tile(9, 34816, 40, 30, (8, 6)).kind == "deqt"
+    assert ops.decode_tile(9, 34816, 40, 30, (8, 6)).kind == "mma_gl"
+    assert ops.decode_tile(17, 34816, 40, 30, (8, 6)).kind == "deqt"
     monkeypatch.setenv("RADIANCE_PQ_GEMV", "triton")  # the interpreter's kernel: one row per program
     assert ops.decode_tile(5, 34816, 40, 30, (7, 5)).kind == "gemv"
 
@@ -65,7 +66,10 @@ def test_turing_decode_rows_stay_on_the_gemv_then_go_to_the_scratch(monkeypatch)
     (4, 14336, 40, ops.Tile(8, 64, 2, 4, 4, "mma_gl")),  # qkv: 224 x 5 wanted, a power of two below
     (1, 14336, 40, ops.Tile(8, 64, 2, 4, 4, "mma_gl")),  # M = 1 the same ring
     (1, 5120, 48, ops.Tile(8, 64, 2, 4, 8, "mma_gl")),  # out: M = 1 on the tensor cores too
-    (16, 5120, 48, ops.Tile(16, 64, 4, 3, 8, "deqt")),  # above MMA_GL_MAX_M the Triton kind
+    (16, 34816, 40, ops.Tile(16, 128, 4, 3, 2, "mma_gl")),  # 16 tokens per program: ~5 programs per SM
+    (12, 14336, 40, ops.Tile(16, 64, 2, 3, 2, "mma_gl")),
+    (16, 5120, 136, ops.Tile(16, 64, 2, 3, 8, "mma_gl")),  # down
+    (17, 5120, 48, ops.Tile(32, 64, 4, 3, 8, "deqt")),  # above MMA_GL_MAX_M the Triton kind
 ])
 def test_h200_decode_table(monkeypatch, m, n, groups, want):
     # the run 14 sweep's choices on the 27B shapes (132 SMs, sm_90)
@@ -153,8 +157,9 @@ def test_decode_split_fills_the_gpu_and_respects_groups(monkeypatch):
     assert ops.decode_tile(1, 34816, 40, 132, (9, 0)) == ops.Tile(1, 128, 4, 3, 6, "gemv_gl", 1)
     assert ops.decode_tile(2, 34816, 40, 132, (9, 0)) == ops.Tile(8, 128, 4, 4, 2, "mma_gl")  # the knob: M = 1 only
     assert ops.decode_tile(2, 34816, 40, 132, (7, 5)) == ops.Tile(2, 128, 4, 2, 6, "gemv_gl", 1)  # no mma.sync
-    assert ops.decode_tile(9, 34816, 40, 132, (9, 0)).kind == "deqt"
-    assert ops.decode_tile(9, 34816, 40, 132, (9, 0)).split == 4  # 544 deqt tiles -> ~16 programs per SM
+    assert ops.decode_tile(9, 34816, 40, 132, (9, 0)).kind == "mma_gl"  # 16 tokens per program
+    assert ops.decode_tile(17, 34816, 40, 132, (9, 0)).kind == "deqt"
+    assert ops.decode_tile(17, 34816, 40, 132, (9, 0)).split == 4  # 544 BM-32 tiles -> ~16 programs per SM
     assert ops.decode_tile(64, 34816, 40, 132, (9, 0)).split == 2  # BM 64: ~8 per SM (the measured best)
     assert ops.decode_tile(4, 34816, 40, 132, (9, 0), i8=True).kind == "deq"  # deqt is W4A16 only
     down = ops.decode_tile(1, 5120, 136, 132, (9, 0))

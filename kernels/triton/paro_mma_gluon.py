@@ -80,6 +80,13 @@ def _b_operand(u, BT: gl.constexpr, B_L: gl.constexpr):
 
 
 @gluon.jit
+def _u_rows(u2, BT: gl.constexpr, U_L: gl.constexpr):
+    # [2 BT, 32] ring rows (row 2t + h, word 32h + c) -> [64, BT] words in U_L: register relabeling
+    u = gl.permute(gl.reshape(u2, [BT, 64]), [1, 0])
+    return gl.convert_layout(u, U_L, assert_trivial=True)
+
+
+@gluon.jit
 def _ring_fill(ring, ring_u, ring_sc, ring_d, ring_s, ring_rs, i, g, W, A, SC, D, S, RS, N, w_off, u_cp, u_ok, ns, nd,
                t_cp, t_ok, ALL: gl.constexpr):
     # group g's operands into stage i of the ring, as one commit group: the weights (each thread
@@ -109,12 +116,16 @@ def operand_layouts(bn: int, warps: int, bt: int):
     u_l = gl.DistributedLinearLayout(reg_bases=[[1, 0], [2, 0], [4, 0], [8, 0]] + ([[0, 8]] if bt == 16 else []),
                                      lane_bases=[[16, 0], [32, 0], [0, 1], [0, 2], [0, 4]],
                                      warp_bases=[[0, 0]] * len(wb), block_bases=[], shape=[64, bt])
-    return w_l, u_l
+    # u_l read from the activation ring's rows [2 bt, 32] (row 2t + h holds words 32h..32h + 31)
+    u2_l = gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8]] + ([[16, 0]] if bt == 16 else []),
+                                      lane_bases=[[0, 16], [1, 0], [2, 0], [4, 0], [8, 0]],
+                                      warp_bases=[[0, 0]] * len(wb), block_bases=[], shape=[2 * bt, 32])
+    return w_l, u_l, u2_l
 
 
 @gluon.jit
 def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
-                BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, W_L: gl.constexpr, U_L: gl.constexpr,
+                BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, W_L: gl.constexpr, U_L: gl.constexpr, U2_L: gl.constexpr,
                 RING: gl.constexpr, ALL: gl.constexpr, HAS_BIAS: gl.constexpr):
     # A: the F16GF activations as int32 words [P, M, K / 2]; W: the weight words [G, N, 16];
     # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens.
@@ -143,22 +154,29 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
 
     acc = gl.zeros([BN, BT], gl.float32, layout=MMA)
     if ALL:  # the activations, scales and zero points through the ring too (copied cooperatively)
-        CU: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, WARPS], [0, 1])  # [64, BT] 16 bytes each
         CS: gl.constexpr = gl.BlockedLayout([8], [32], [WARPS], [0])  # [BN] fp16 scales, 16 bytes each
         CD: gl.constexpr = gl.BlockedLayout([16], [32], [WARPS], [0])  # [BN] int8 zero points
         CT: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])  # [BT] fp32 scales / sums
         # tokens past M are not fetched (zero-filled; their columns are never stored): at M = 1 a
         # step copies one token's 256 bytes, not BT of them
-        tc = t0 + gl.arange(0, BT, layout=gl.SliceLayout(0, CU))
-        u_cp = (prt * M + gl.minimum(tc, M - 1))[None, :] * (K // 2) + gl.arange(0, 64, layout=gl.SliceLayout(1, CU))[:, None]
-        u_ok = (tc < M)[None, :]
+        # the activation ring holds each token's 64 words as two 128-byte rows (row 2t + h: words
+        # 32h..32h + 31), copied 16 bytes per thread, 8 threads per row
+        CU: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [WARPS, 1], [1, 0])  # [2 BT, 32]
+        rows = gl.arange(0, 2 * BT, layout=gl.SliceLayout(1, CU))
+        tc = t0 + rows // 2
+        u_cp = ((prt * M + gl.minimum(tc, M - 1)) * (K // 2) + 32 * (rows % 2))[:, None] \
+            + gl.arange(0, 32, layout=gl.SliceLayout(0, CU))[None, :]
+        u_ok = (tc < M)[:, None]
         ns = n0 + gl.arange(0, BN, layout=CS)
         nd = n0 + gl.arange(0, BN, layout=CD)
         tt_cp = t0 + gl.arange(0, BT, layout=CT)
         t_cp = (prt * M + gl.minimum(tt_cp, M - 1)) * G
         t_ok = tt_cp < M
         L1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
-        ring_u = gl.allocate_shared_memory(gl.int32, [RING, 64, BT], gl.SwizzledSharedLayout(1, 1, 1, order=[0, 1]))
+        # 16-byte chunks XOR-swizzled by row: a quarter-warp's reads (lanes q = 0..3: words 16q + 4r,
+        # tokens t, t + 1) hit eight bank quads; unswizzled 256-byte token rows put q = 0, 2 and
+        # both tokens on the same four banks (4-way)
+        ring_u = gl.allocate_shared_memory(gl.int32, [RING, 2 * BT, 32], gl.SwizzledSharedLayout(4, 1, 8, order=[1, 0]))
         ring_sc = gl.allocate_shared_memory(SC.dtype.element_ty, [RING, BN], L1)
         ring_d = gl.allocate_shared_memory(D.dtype.element_ty, [RING, BN], L1)
         ring_s = gl.allocate_shared_memory(gl.float32, [RING, BT], L1)
@@ -181,7 +199,7 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
             it = g - g0
             w = ring.index(it % RING).load(W_L)
             if ALL:
-                u = ring_u.index(it % RING).load(U_L)
+                u = _u_rows(ring_u.index(it % RING).load(U2_L), BT, U_L)
                 sc = ring_sc.index(it % RING).load(LN).to(gl.float32)
                 nzs = sc * -ring_d.index(it % RING).load(LN).to(gl.float32)
                 s = ring_s.index(it % RING).load(LT)
@@ -228,9 +246,9 @@ def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has
     if bm not in (8, 16) or bn % (16 * num_warps) or tiles & (tiles - 1):
         raise ValueError(f"paroquant mma_gl: bm (tokens) must be 8 or 16 and BN={bn} a power-of-two "
                          f"multiple of 16 x {num_warps} warps")
-    w_l, u_l = operand_layouts(bn, num_warps, bm)
+    w_l, u_l, u2_l = operand_layouts(bn, num_warps, bm)
     a, *rest = args
-    paro_mma_gl[grid](a.view(torch.int32), *rest, BN=bn, BT=bm, WARPS=num_warps, W_L=w_l, U_L=u_l,
+    paro_mma_gl[grid](a.view(torch.int32), *rest, BN=bn, BT=bm, WARPS=num_warps, W_L=w_l, U_L=u_l, U2_L=u2_l,
                       RING=num_stages if num_stages > 1 else 0, ALL=num_stages > 2 and args[11] % 16 == 0,
                       HAS_BIAS=has_bias, num_warps=num_warps)
     return args[6]
