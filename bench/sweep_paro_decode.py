@@ -49,9 +49,11 @@ def tiles(m: int, groups: int, kinds: str):
         # run 15 added 8 warps per program ((8, 1), (8, 2): twice the warps per scheduler at the same
         # grid -- ncu had one eligible warp per scheduler) and (2, 1), and split 1: none won, and
         # 8 warps and 2 stages (weights only) are no longer swept
-        for (warps, rt), stages, split in itertools.product(((4, 1), (4, 2), (2, 2), (2, 1)), (3, 4),
-                                                            (1, 2, 4, 8, 16)):
-            yield ops.Tile(8 if m <= 8 else 16, 16 * warps * rt, warps, stages, split, "mma_gl")
+        # above M = 8 also 8-token tiles: two programs per weight tile, launched next to each other
+        # (the token tile is the fastest grid index), the second reading the weights from L2
+        for bt, (warps, rt), stages, split in itertools.product((8,) if m <= 8 else (8, 16), ((4, 1), (4, 2), (2, 2), (2, 1)),
+                                                                (3, 4), (1, 2, 4, 8, 16)):
+            yield ops.Tile(bt, 16 * warps * rt, warps, stages, split, "mma_gl")
     if m == 1 and "gemv," in kinds + ",":
         for bn, warps, stages, gpi, split in itertools.product((16, 32, 64), (2, 4), (1, 2), (1, 2, 4), (1, 2)):
             if groups % gpi == 0 and bn * 16 >= 32 * warps:
@@ -100,6 +102,8 @@ def main() -> None:
             os.environ.pop("RADIANCE_PQ_GEMV")
             res = []
             for t in [table, *before, *tiles(m, k // 128, args.kinds)]:
+                if t is not table:  # the layer reserved partials for its own splits only
+                    ops.reserve_scratch(layers[0].wb.device, t.split * m * n, 0)
                 try:  # the table's choice runs as forward picks it (above the decode band: the scratch path)
                     us = graph_time([lambda l=l, x=xs[i % 4], t=t: ops.forward(l, x, tile=None if t is table else t)
                                      for i, l in enumerate(layers)])
