@@ -107,7 +107,7 @@ def operand_layouts(bn: int, warps: int, bt: int):
     """The load layouts of the weight words [bn, 16] (lane (g, q) holds words 4q..4q+3 of rows g
     and g + 8 of each m16 tile of its warp; tiles 16 * warps rows apart) and of the activation words
     [64, bt] (lane (n, q) holds words 16q..16q+15 of token n; every warp the same): the registers
-    the fragments are made of."""
+    the fragments are made of; and the second as read from the activation ring's [2 bt, 32] rows."""
     wb = [[16 << i, 0] for i in range(warps.bit_length() - 1)]
     tiles = [[16 * warps << i, 0] for i in range((bn // (16 * warps)).bit_length() - 1)]
     w_l = gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0]] + tiles,
