@@ -152,7 +152,6 @@ def forward(layer, x: torch.Tensor, bias: torch.Tensor | None, deq: torch.Tensor
     a, _, _ = paro_rotate.rotate(x, layer.tables, paro_rotate.PLAIN)
     w = dequant(layer.wb, layer.sc, layer.d, deq[: layer.n * layer.k].view(layer.n, layer.k))
     y = torch.empty(x.shape[0], layer.n, dtype=a.dtype, device=x.device)
-    for p in range(layer.parts):  # each partition's GEMM writes its column slice in place (no cat)
-        e0, e1 = edges[p], edges[p + 1]
+    for p, e0, e1 in pieces(edges, 0):  # each partition's GEMM writes its column slice in place (no cat)
         _mm(a[p], w[e0:e1], None if bias is None else bias[e0:e1], y[:, e0:e1])
     return cast(y, x.dtype)
