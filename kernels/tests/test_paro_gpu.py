@@ -159,6 +159,7 @@ def test_every_kernel_kind(shape, i8, gen):
                       ((8, 64, 4, 1, split), (8, 128, 4, 1, split), (16, 64, 4, 1, split), (8, 64, 2, 1, 1),
                        (16, 128, 4, 1, 1), (8, 32, 2, 1, split), (8, 64, 4, 3, split), (8, 256, 4, 2, split),
                        (16, 128, 4, 4, 1), (8, 32, 2, 5, split), (8, 64, 2, 4, split), (8, 128, 4, 4, split), (8, 64, 2, 2, split))]
+            tiles += [ops.Tile(16, 128, 4, st, split, "mma_gl", maxnreg=128) for st in (3, 4)]  # registers capped
             if torch.cuda.get_device_capability()[0] == 9:  # wgmma (bm tokens x bn rows, no split-K)
                 tiles += [ops.Tile(bm, bn, w, st, 1, "wgmma") for bm, bn, w, st in
                           ((64, 64, 4, 4), (128, 64, 4, 3), (128, 128, 8, 3), (256, 128, 8, 3), (128, 256, 8, 4))]

@@ -367,7 +367,8 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
 
         if a.dtype != torch.float16 or s is part or rs is part:
             raise ValueError("paroquant mma_gl reads the prologue's F16GF activations with their scales and sums")
-        return launch(grid, args, bm=bm, bn=bn, num_warps=num_warps, num_stages=num_stages, has_bias=bias is not None)
+        return launch(grid, args, bm=bm, bn=bn, num_warps=num_warps, num_stages=num_stages, has_bias=bias is not None,
+                      maxnreg=maxnreg)
     if kind == "wgmma":
         from radiance.kernels.triton.paro_wgmma import launch  # Gluon, sm_90: imported only where it runs
 

@@ -236,12 +236,14 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
     finish(acc, bias, Y, PART, CNT, y_off, ymask, M, N, pid_k, SPLIT, HAS_BIAS)
 
 
-def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has_bias: bool):
+def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has_bias: bool, maxnreg: int = 0):
     """paro_gemm.gemm's launch of the kind `mma_gl` (args: its common argument tuple, the weights
     as int32 words). stages 1: the weights one group ahead in registers; 2: the weights through a
     2-stage cp.async ring; 3+: a ring of that many stages carrying the activations, scales and zero
     points too (where N is a multiple of 16: cp.async moves 4 bytes or more, and an fp16 scale row
-    of another N starts off 16-byte alignment; else the weights only)."""
+    of another N starts off 16-byte alignment; else the weights only). maxnreg > 0 caps the registers
+    per thread (the 16-token tile takes 142 uncapped, 3 programs per SM; capped at 128 it fits 4
+    without spills, and measured no faster: RESULTS paroquant run 20)."""
     tiles = bn // (16 * num_warps)  # m16 row tiles per warp
     if bm not in (8, 16) or bn % (16 * num_warps) or tiles & (tiles - 1):
         raise ValueError(f"paroquant mma_gl: bm (tokens) must be 8 or 16 and BN={bn} a power-of-two "
@@ -250,5 +252,5 @@ def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has
     a, *rest = args
     paro_mma_gl[grid](a.view(torch.int32), *rest, BN=bn, BT=bm, WARPS=num_warps, W_L=w_l, U_L=u_l, U2_L=u2_l,
                       RING=num_stages if num_stages > 1 else 0, ALL=num_stages > 2 and args[11] % 16 == 0,
-                      HAS_BIAS=has_bias, num_warps=num_warps)
+                      HAS_BIAS=has_bias, num_warps=num_warps, **({"maxnreg": maxnreg} if maxnreg else {}))
     return args[6]
