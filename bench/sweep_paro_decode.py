@@ -54,6 +54,9 @@ def tiles(m: int, groups: int, kinds: str):
         for bt, (warps, rt), stages, split in itertools.product((8,) if m <= 8 else (8, 16), ((4, 1), (4, 2), (2, 2), (2, 1)),
                                                                 (3, 4), (1, 2, 4, 8, 16)):
             yield ops.Tile(bt, 16 * warps * rt, warps, stages, split, "mma_gl")
+    if m <= 16 and "mma_wide" in kinds:  # 256 weight rows per program: each activation fetch shared by twice the rows
+        for (warps, rt), stages, split in itertools.product(((8, 2), (4, 4)), (3, 4), (1, 2, 4)):
+            yield ops.Tile(8 if m <= 8 else 16, 16 * warps * rt, warps, stages, split, "mma_gl")
     if 8 < m <= 16 and "mma_cap" in kinds:  # the 16-token ring tile with its registers capped (142 -> 128: 4 programs per SM)
         # (offline SASS, sm_90: BN 128 on 4 warps fits 128 without spills; BN 64 on 4 warps takes 100
         # uncapped, on 2 warps 154 and spills under 128)
@@ -85,7 +88,7 @@ def main() -> None:
     ap.add_argument("--shapes", default="gate_up,down")
     ap.add_argument("--ms", default="1,4")
     ap.add_argument("--kinds", default="gemv_gl",
-                    help="kinds swept (comma list): gemv_gl, gemv_ca, gemv_deep (M <= 4), mma_gl, mma_ring (M <= 16), mma_cap (M = 9..16), "
+                    help="kinds swept (comma list): gemv_gl, gemv_ca, gemv_deep (M <= 4), mma_gl, mma_ring (M <= 16), mma_cap (M = 9..16), mma_wide (M <= 16), "
                          "gemv (M = 1), "
                          "deq, deqt (M > 1)")
     args = ap.parse_args()
