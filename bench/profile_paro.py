@@ -1,5 +1,5 @@
 """ncu target: the paroquant decode kernels -- on gate_up the table's `mma_gl` (cp.async ring) at
-M = 1 and 8 and run 13's M = 1 / 2 tiles (`gemv_gl`, `mma_gl` with the register prefetch); on the
+M = 1, 8 and 16 and run 13's M = 1 / 2 tiles (`gemv_gl`, `mma_gl` with the register prefetch); on the
 other shapes named in argv 1 (bench_pq2.SHAPES names, comma list; default gate_up) the table's tile
 at M = 1 -- and bench/floor.py's streaming read of each layer's weight bytes, two launches each.
 With `SHAPES M KIND:BM,BN,WARPS,STAGES` (e.g. `gate_up,down 2048 wgmma:256,128,8,3`) that tile on
@@ -40,7 +40,7 @@ for name in (sys.argv[1] if len(sys.argv) > 1 else "gate_up").split(","):
     layer = ops.prepare(*rnd.merged([rnd.random_layer(N, K, gen)]))
     cases = [(1, None)]
     if name == "gate_up":
-        cases += [(1, ops.Tile(1, 128, 4, 3, 6, "gemv_gl")), (1, ops.Tile(8, 256, 4, 1, 8, "mma_gl")), (8, None)]
+        cases += [(1, ops.Tile(1, 128, 4, 3, 6, "gemv_gl")), (1, ops.Tile(8, 256, 4, 1, 8, "mma_gl")), (8, None), (16, None)]
     for m, tile in cases:
         x = torch.randn(m, K, device="cuda", dtype=torch.bfloat16)
         for _ in range(2):

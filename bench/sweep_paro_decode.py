@@ -24,7 +24,7 @@ from timing import copy_bandwidth, graph_time
 from radiance.kernels import paro_ops as ops
 
 
-def tiles(m: int, groups: int, kinds: str):
+def tiles(m: int, n: int, groups: int, sms: int, kinds: str):
     if m == 1 and "gemv_gl" in kinds:  # BN = R columns per thread x 8 lanes x warps; stages - 1 = prefetch level
         for (r, warps), stages, gpi, split in itertools.product(((1, 2), (2, 2), (4, 2), (1, 4), (2, 4), (4, 4), (2, 1)),
                                                                 (2, 3), (1, 2), (2, 3, 4, 6, 8)):
@@ -54,6 +54,14 @@ def tiles(m: int, groups: int, kinds: str):
         for bt, (warps, rt), stages, split in itertools.product((8,) if m <= 8 else (8, 16), ((4, 1), (4, 2), (2, 2), (2, 1)),
                                                                 (3, 4), (1, 2, 4, 8, 16)):
             yield ops.Tile(bt, 16 * warps * rt, warps, stages, split, "mma_gl")
+    if m <= 16 and "mma_sk" in kinds:  # stream-K: a few programs per SM share all (tile, group) steps equally
+        for (bn, warps), per_sm in itertools.product(((128, 4), (64, 2)), (2, 3, 4, 5, 6, 8)):
+            # (offline SASS, sm_90: the stream-K loop takes 121 registers at 8 tokens on BN 128 / 4 warps,
+            # 91 capped at 96 without spills -- 5 programs per SM; 165 at 16 tokens: 3)
+            t = ops.Tile(8 if m <= 8 else 16, bn, warps, 4 if m <= 8 else 3, 1, "mma_gl",
+                         maxnreg=96 if m <= 8 and bn == 128 else 0)
+            yield ops.stream_tile(t, m, n, groups, sms, per_sm)
+        yield ops.Tile(8 if m <= 8 else 16, 128, 4, 4 if m <= 8 else 3, 2, "mma_gl")  # split-K, for reference
     if m <= 16 and "mma_wide" in kinds:  # 256 weight rows per program: each activation fetch shared by twice the rows
         for (warps, rt), stages, split in itertools.product(((8, 2), (4, 4)), (3, 4), (1, 2, 4)):
             yield ops.Tile(8 if m <= 8 else 16, 16 * warps * rt, warps, stages, split, "mma_gl")
@@ -88,7 +96,7 @@ def main() -> None:
     ap.add_argument("--shapes", default="gate_up,down")
     ap.add_argument("--ms", default="1,4")
     ap.add_argument("--kinds", default="gemv_gl",
-                    help="kinds swept (comma list): gemv_gl, gemv_ca, gemv_deep (M <= 4), mma_gl, mma_ring (M <= 16), mma_cap (M = 9..16), mma_wide (M <= 16), "
+                    help="kinds swept (comma list): gemv_gl, gemv_ca, gemv_deep (M <= 4), mma_gl, mma_ring (M <= 16), mma_cap (M = 9..16), mma_wide, mma_sk (M <= 16), "
                          "gemv (M = 1), "
                          "deq, deqt (M > 1)")
     args = ap.parse_args()
@@ -110,7 +118,7 @@ def main() -> None:
             before = [ops.decode_tile(m, n, k // 128, layers[0].sms, layers[0].cap)] if m == 1 else []
             os.environ.pop("RADIANCE_PQ_GEMV")
             res = []
-            for t in [table, *before, *tiles(m, k // 128, args.kinds)]:
+            for t in [table, *before, *tiles(m, n, k // 128, layers[0].sms, args.kinds)]:
                 if t is not table:  # the layer reserved partials for its own splits only
                     ops.reserve_scratch(layers[0].wb.device, t.split * m * n, 0)
                 try:  # the table's choice runs as forward picks it (above the decode band: the scratch path)

@@ -15,7 +15,8 @@ import torch
 from radiance.kernels.formats.paroquant import GROUP_SIZE
 from radiance.kernels.paro_table import (  # noqa: F401 -- the table's names, re-exported: callers say ops.Tile
     TURING_GEMV_MAX_M, W4A16_ONLY, WGMMA_BT128_MAX_M, WGMMA_MAX_M, Tile, decode_tile, fit_tile, gemv_kind, prefill_tile,
-    prologue_mode, scratch_gemm_preferred, scratch_piece_rows, smem_bytes, smem_limit, use_int8, wgmma_prefill_max_m)
+    prologue_mode, scratch_gemm_preferred, scratch_piece_rows, smem_bytes, smem_limit, stream_tile, use_int8,
+    wgmma_prefill_max_m)
 from radiance.kernels.triton import paro_gemm, paro_rotate, paro_scratch
 from radiance.knobs import knob_int
 
@@ -156,7 +157,8 @@ def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor | None, rs: 
         raise RuntimeError(f"paroquant: no scratch reserved on {a.device}; prepare the layer on the device it runs on")
     paro_gemm.gemm(t.kind, a, s, rs, layer.wb, layer.sc, layer.d, y, bm=t.bm, bn=t.bn, split=t.split,
                    pb1=layer.bounds[0], pb2=layer.bounds[1], part=scr.part, cnt=scr.cnt,
-                   num_warps=t.warps, num_stages=t.stages, bias=bias, gpi=t.gpi, maxnreg=t.maxnreg)
+                   num_warps=t.warps, num_stages=t.stages, bias=bias, gpi=t.gpi, maxnreg=t.maxnreg,
+                   programs=t.persist * layer.sms)
     return y
 
 

@@ -23,13 +23,15 @@ from dataclasses import dataclass, replace
 import triton
 
 from radiance.kernels.formats.paroquant import GROUP_SIZE
-from radiance.kernels.triton import interpreting, paro_rotate
+from radiance.kernels.triton import interpreting, paro_gemm, paro_rotate
 from radiance.knobs import knob, knob_int
 
 W4A16_ONLY = ("deqt", "gemv", "gemv_gl", "gemv_ca", "mma_gl", "wgmma")  # kinds that multiply fp16/fp32 activations only
 GEMV_MAX_M = 1  # W4A16 rows up to this run the Triton CUDA-core gemv (one program per row)
 GEMV_GL_MAX_M = 2  # ... and up to this the Gluon one (all rows in one program), where mma_gl does not take them:
 MMA_GL_MAX_M = 16  # W4A16 rows 1..this on sm_80+: the Gluon tensor-core kind (8 tokens per program, 16 above 8)
+# its 16-token tile on a stream-K grid takes 165 registers (offline SASS, sm_90): 3 programs of 4 warps per SM
+STREAM_PER_SM_16 = 3
 # Below Ampere Triton 3.6 lowers tl.dot to FMA (no tensor cores; offline SASS for sm_75: the deq /
 # deqt / fold tiles spill 300-3700 bytes per thread), so Turing keeps every decode row on the Gluon
 # GEMV (4 rows per program, no spills) up to this M, and above it dequantizes to the scratch for
@@ -58,6 +60,14 @@ class Tile:
     # (paro_gemv_gluon) | "mma_gl" (paro_mma_gluon; bm = 8 or 16 tokens per program) | "wgmma" (paro_wgmma, sm_90 prefill)
     gpi: int = 1  # K groups per loop iteration (gemv only; divides the layer's group count)
     maxnreg: int = 0  # register cap per thread, 0 = the compiler's choice (Triton kinds; gemv_gl refuses one)
+    # mma_gl: a stream-K grid of this many programs per SM, split then the most programs sharing
+    # one output tile (stream_tile); 0 = one program per tile and split
+    persist: int = 0
+
+
+def stream_tile(t: Tile, m: int, n: int, groups: int, sms: int, per_sm: int) -> Tile:
+    """`t` on a stream-K grid of per_sm programs per SM, its split the partial slots that needs."""
+    return replace(t, persist=per_sm, split=paro_gemm.stream_programs(per_sm * sms, m, n, t.bm, t.bn, groups)[1])
 
 
 def prologue_mode(kind: str, i8: bool) -> int:
@@ -199,13 +209,20 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
     # Run 19 (M = 12, 16): 16 tokens per program on the same ring beat deqt by 4-9 % on gate_up, down
     # and qkv (gate_up M = 16 59.6 vs 62.2 µs, down 35.5 vs 38.0, qkv 31.1 vs 33.7) and lost 3 % on
     # out (19.5 vs 18.9); 3 stages, and split-K to about 5 programs per SM (132-146 registers: 3 to 7
-    # programs fit) -- twice that lost 10-15 % on qkv
+    # programs fit) -- twice that lost 10-15 % on qkv.
+    # Run 21 (M = 16, ncu): that grid is 544 programs on 396 slots (1.37 waves); on a stream-K grid
+    # of 3 programs per SM (STREAM_PER_SM_16) sharing all (tile, group) steps equally gate_up took
+    # 44.3 µs against 47.8. On the BN-64 layers (down, qkv, out) and at M <= 8 the stream-K grids
+    # lost or tied (1 program per tile fills them already), so they keep split-K
     kind1 = gemv_kind(cap) if not i8 and (m == 1 or cap < (8, 0)) else None
     if not i8 and cap >= (8, 0) and not interpreting() and (2 <= m <= MMA_GL_MAX_M or kind1 == "mma_gl"):
         bn, warps = (128, 4) if n >= 128 * sms else (64, 2)
         if m <= 8:
             want = max(1, min(8, groups // 2, triton.cdiv(8 * sms, triton.cdiv(n, 64))))
             return fit_tile(Tile(8, bn, warps, 4, 1 << (want.bit_length() - 1), "mma_gl"), smem_limit(cap))
+        if bn == 128:
+            t = fit_tile(Tile(16, bn, warps, 3, 1, "mma_gl"), smem_limit(cap))
+            return stream_tile(t, m, n, groups, sms, min(STREAM_PER_SM_16, smem_limit(cap) // smem_bytes(t, 2)))
         want = max(1, min(8, groups // 2, 5 * sms // triton.cdiv(n, bn)))
         return fit_tile(Tile(16, bn, warps, 3, 1 << (want.bit_length() - 1), "mma_gl"), smem_limit(cap))
     turing_gemv = cap < (8, 0) and not i8 and m <= TURING_GEMV_MAX_M

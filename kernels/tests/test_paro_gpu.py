@@ -160,6 +160,10 @@ def test_every_kernel_kind(shape, i8, gen):
                        (16, 128, 4, 1, 1), (8, 32, 2, 1, split), (8, 64, 4, 3, split), (8, 256, 4, 2, split),
                        (16, 128, 4, 4, 1), (8, 32, 2, 5, split), (8, 64, 2, 4, split), (8, 128, 4, 4, split), (8, 64, 2, 2, split))]
             tiles += [ops.Tile(16, 128, 4, st, split, "mma_gl", maxnreg=128) for st in (3, 4)]  # registers capped
+            stream = [ops.stream_tile(ops.Tile(bt, 128, 4, st, 1, "mma_gl", maxnreg=cap), m, layer.n, k // 128, layer.sms, q)
+                      for bt, st, cap, q in ((8, 4, 96, 5), (8, 4, 0, 1), (16, 3, 0, 3), (8, 1, 0, 2), (16, 2, 0, 7))]
+            ops.reserve_scratch(x.device, max(t.split for t in stream) * m * layer.n, 0)  # their partial slots
+            tiles += stream  # stream-K grids
             if torch.cuda.get_device_capability()[0] == 9:  # wgmma (bm tokens x bn rows, no split-K)
                 tiles += [ops.Tile(bm, bn, w, st, 1, "wgmma") for bm, bn, w, st in
                           ((64, 64, 4, 4), (128, 64, 4, 3), (128, 128, 8, 3), (256, 128, 8, 3), (128, 256, 8, 4))]

@@ -66,7 +66,8 @@ def test_turing_decode_rows_stay_on_the_gemv_then_go_to_the_scratch(monkeypatch)
     (4, 14336, 40, ops.Tile(8, 64, 2, 4, 4, "mma_gl")),  # qkv: 224 x 5 wanted, a power of two below
     (1, 14336, 40, ops.Tile(8, 64, 2, 4, 4, "mma_gl")),  # M = 1 the same ring
     (1, 5120, 48, ops.Tile(8, 64, 2, 4, 8, "mma_gl")),  # out: M = 1 on the tensor cores too
-    (16, 34816, 40, ops.Tile(16, 128, 4, 3, 2, "mma_gl")),  # 16 tokens per program: ~5 programs per SM
+    # 16 tokens per program on a stream-K grid of 3 programs per SM: up to 3 programs share a tile
+    (16, 34816, 40, ops.Tile(16, 128, 4, 3, 3, "mma_gl", persist=3)),
     (12, 14336, 40, ops.Tile(16, 64, 2, 3, 2, "mma_gl")),
     (16, 5120, 136, ops.Tile(16, 64, 2, 3, 8, "mma_gl")),  # down
     (17, 5120, 48, ops.Tile(32, 64, 4, 3, 8, "deqt")),  # above MMA_GL_MAX_M the Triton kind
@@ -247,3 +248,28 @@ def test_gemv_kind_knob(monkeypatch):
             ops.gemv_kind((9, 0))
     monkeypatch.delenv("RADIANCE_PQ_GEMV")
     assert ops.gemv_kind((9, 0)) == "gemv"
+
+
+@pytest.mark.parametrize("programs, tiles, groups", [(660, 272, 40), (396, 272, 40), (660, 80, 48), (5, 3, 7),
+                                                     (1000, 2, 3), (132, 1, 136), (7, 7, 7)])
+def test_stream_k_shares_and_partial_slots(programs, tiles, groups):
+    """mma_gl's stream-K grid (paro_mma_gluon, STREAM): program p takes steps p W / P .. (p + 1) W / P of
+    the W = tiles x groups (tile, group) steps; every step is taken exactly once, a tile's contributors
+    are the programs the kernel computes from its first and last step, and their number never exceeds
+    the partial slots stream_programs reserves (split)."""
+    progs, slots = paro_gemm.stream_programs(programs, 1, tiles * 64, 8, 64, groups)
+    work = tiles * groups
+    assert progs == min(programs, work)
+    owner = [None] * work
+    for p in range(progs):
+        for step in range(p * work // progs, (p + 1) * work // progs):
+            assert owner[step] is None
+            owner[step] = p
+    assert None not in owner
+    for t in range(tiles):
+        holders = sorted(set(owner[t * groups:(t + 1) * groups]))
+        first = ((t * groups + 1) * progs - 1) // work  # the kernel's formulas
+        last = ((t + 1) * groups * progs - 1) // work
+        assert holders == list(range(first, last + 1))
+        assert len(holders) <= slots
+    assert ops.stream_tile(ops.Tile(8, 64, 2, 4, 1, "mma_gl"), 1, tiles * 64, groups, 1, programs).split == slots

@@ -326,23 +326,39 @@ KERNELS = {"fold": _paro_fold_kernel, "fold1": _paro_fold_kernel, "deq": _paro_d
            "gemv": _paro_gemv_kernel}
 
 
+def stream_programs(programs: int, m: int, n: int, bm: int, bn: int, groups: int) -> tuple[int, int]:
+    """A stream-K launch of `programs` programs over the (output tile, group) steps of an [m, n]
+    output: (the programs that get a step, the most of them that share one tile -- the split-K
+    partial slots it needs). Program p takes steps p W / P .. (p + 1) W / P (floored), so a tile's G
+    steps meet at most ceil(G / floor(W / P)) + 1 programs."""
+    work = triton.cdiv(m, bm) * triton.cdiv(n, bn) * groups
+    progs = max(1, min(programs, work))
+    return progs, min(progs, triton.cdiv(groups, work // progs) + 1)
+
+
 def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1: int, pb2: int,
          part: torch.Tensor | None, cnt: torch.Tensor | None, num_warps: int, num_stages: int,
-         bias: torch.Tensor | None = None, gpi: int = 1, maxnreg: int = 0):
+         bias: torch.Tensor | None = None, gpi: int = 1, maxnreg: int = 0, programs: int = 0):
     """y [M, N] (+ bias, added before the one rounding) from prologue outputs a [P, M, K]
     (+ s/rs [P, M, G] for the folded kinds). maxnreg > 0 caps the registers per thread (more
-    programs per SM; ptxas rematerializes instead)."""
+    programs per SM; ptxas rematerializes instead). programs > 0 (mma_gl): a stream-K grid of that
+    many programs instead of tiles x split (stream_programs)."""
     _, m, k = a.shape
     g, n, _ = wb.shape
+    if programs and kind != "mma_gl":
+        raise ValueError(f"paroquant {kind}: a stream-K grid (programs={programs}) is mma_gl's only")
     gemv_gluon = kind in ("gemv_gl", "gemv_ca")  # paro_gemv_gluon's kinds (mma_gl: paro_mma_gluon)
     if g % gpi or (gpi > 1 and kind != "gemv" and not gemv_gluon):
         raise ValueError(f"paroquant {kind}: {gpi} groups per iteration must divide the {g} groups (gemv only)")
     gps = triton.cdiv(triton.cdiv(g, split), gpi) * gpi
     split = triton.cdiv(g, gps)
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), split)
+    if programs:
+        progs, split = stream_programs(programs, m, n, bm, bn, g)
+        grid = (1, 1, progs)
     if part is None or cnt is None or part.dtype != torch.float32 or cnt.dtype != torch.int32:
         raise RuntimeError("paroquant GEMM needs its fp32 partial and int32 ticket scratch")
-    if split > 1 and (part.numel() < split * m * n or cnt.numel() < grid[0] * grid[1]):
+    if split > 1 and (part.numel() < split * m * n or cnt.numel() < triton.cdiv(m, bm) * triton.cdiv(n, bn)):
         raise RuntimeError(
             f"paroquant split-K scratch too small for split={split} M={m} N={n}; "
             "reserve it with radiance.kernels.paro_ops.reserve_scratch before graph capture")
@@ -368,7 +384,7 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
         if a.dtype != torch.float16 or s is part or rs is part:
             raise ValueError("paroquant mma_gl reads the prologue's F16GF activations with their scales and sums")
         return launch(grid, args, bm=bm, bn=bn, num_warps=num_warps, num_stages=num_stages, has_bias=bias is not None,
-                      maxnreg=maxnreg)
+                      maxnreg=maxnreg, stream=programs > 0)
     if kind == "wgmma":
         from radiance.kernels.triton.paro_wgmma import launch  # Gluon, sm_90: imported only where it runs
 

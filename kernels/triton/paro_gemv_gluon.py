@@ -172,20 +172,27 @@ def program_tile(pb1, pb2, gps, G, BM: gl.constexpr, BN: gl.constexpr):
 def finish(y, bias, Y, PART, CNT, y_off, ymask, M, N, pid_k, SPLIT, HAS_BIAS: gl.constexpr):
     # y (+ bias) into Y; with split-K (split_finish.finish_tile's scheme) the partial into PART, an
     # atomic ticket per output tile, and the last program sums the partials in split order
-    if SPLIT == 1:
+    finish_tile(y, bias, Y, PART, CNT, y_off, ymask, M, N, pid_k, SPLIT,
+                gl.program_id(1) * gl.num_programs(0) + gl.program_id(0), HAS_BIAS)
+
+
+@gluon.jit
+def finish_tile(y, bias, Y, PART, CNT, y_off, ymask, M, N, slot, count, tile, HAS_BIAS: gl.constexpr):
+    # finish for output tile `tile`, to which `count` programs contribute: this one's partial in
+    # slot `slot` (count 1: straight into Y)
+    if count == 1:
         if HAS_BIAS:
             y += bias
         gl.store(Y + y_off, y.to(Y.dtype.element_ty), mask=ymask)
     else:
-        gl.store(PART + pid_k * M * N + y_off, y, mask=ymask)
-        tile = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)
+        gl.store(PART + slot * M * N + y_off, y, mask=ymask)
         # every warp's partial must be written before the one thread that takes the ticket
         # releases them (plain Triton places this barrier itself; Gluon does only what it is told)
         gl.thread_barrier()
         ticket = gl.atomic_add(CNT + tile, 1, sem="acq_rel")
-        if ticket == SPLIT - 1:
+        if ticket == count - 1:
             tot = gl.zeros_like(y)
-            for z in range(SPLIT):
+            for z in range(count):
                 tot += gl.load(PART + z * M * N + y_off, mask=ymask, other=0.0, cache_modifier=".cg")
             if HAS_BIAS:
                 tot += bias

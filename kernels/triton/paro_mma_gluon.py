@@ -19,7 +19,8 @@ reshape only relabel registers; `convert_layout(..., assert_trivial=True)` prove
 Arithmetic: the A operand is c - 8 (exact in fp16), the B operand the F16G codes q (activations
 scaled per (row, group) by a power of two S), so the MMA's fp32 group dot is sum (c - 8) q and
 acc += dot * (sc * S) - (sc * d) * RS with RS = S * sum q from the prologue (paro_gemm's fold).
-Split-K: paro_gemv_gluon.finish (partials, an atomic ticket, the last program sums in split order).
+Split-K: paro_gemv_gluon.finish_tile (partials, an atomic ticket, the last program sums in split
+order); on a stream-K grid (STREAM) the same, with a tile's contributors in program order.
 
 Feeding it: loads meant for the next group are moved by ptxas next to their use (RESULTS run 14),
 so the operands go through shared memory instead -- a ring of `stages` buffers filled by cp.async
@@ -34,7 +35,7 @@ from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-from radiance.kernels.triton.paro_gemv_gluon import finish, program_tile
+from radiance.kernels.triton.paro_gemv_gluon import finish_tile, program_tile
 
 
 @gluon.jit
@@ -124,25 +125,16 @@ def operand_layouts(bn: int, warps: int, bt: int):
 
 
 @gluon.jit
-def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
-                BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, W_L: gl.constexpr, U_L: gl.constexpr, U2_L: gl.constexpr,
-                RING: gl.constexpr, ALL: gl.constexpr, HAS_BIAS: gl.constexpr):
-    # A: the F16GF activations as int32 words [P, M, K / 2]; W: the weight words [G, N, 16];
-    # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens.
-    # RING = 0: the next group's weights load into registers ahead of this group's arithmetic --
-    # but ptxas sinks those loads to the end of the loop body (short live ranges), so each step
-    # starts by waiting a whole DRAM round trip (ncu, RESULTS run 14). RING >= 2: the weights
-    # stream through a cp.async ring of RING shared-memory stages, RING - 1 groups ahead (each
-    # thread reads back only the 16-byte words it copied). ALL: the activation words, scales,
-    # zero points and the tokens' scales / sums ride in the same ring (copied cooperatively, so
-    # Triton's barriers order them); their register loads were the next wait (M = 8: -12 to -15 %).
+def _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, g0, g1, ring, ring_u, ring_sc, ring_d, ring_s, ring_rs,
+              BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, W_L: gl.constexpr, U_L: gl.constexpr,
+              U2_L: gl.constexpr, RING: gl.constexpr, ALL: gl.constexpr):
+    # the [BN, BT] fp32 sums of groups g0..g1 - 1 for the output tile at (weight row n0, token t0),
+    # the activations of rotated copy prt
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
     A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     B_L: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
     LN: gl.constexpr = gl.SliceLayout(1, MMA)  # [BN] per weight row
     LT: gl.constexpr = gl.SliceLayout(0, MMA)  # [BT] per token
-
-    t0, n0, pid_k, prt, g0, g1 = program_tile(pb1, pb2, gps, G, BT, BN)
     # indices clamped into the tensors instead of masked (rows past N / tokens past M are never stored)
     rw = gl.minimum(n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, W_L)), N - 1)
     w_off = rw[:, None] * 16 + gl.arange(0, 16, layout=gl.SliceLayout(0, W_L))[None, :]
@@ -172,19 +164,9 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
         tt_cp = t0 + gl.arange(0, BT, layout=CT)
         t_cp = (prt * M + gl.minimum(tt_cp, M - 1)) * G
         t_ok = tt_cp < M
-        L1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
-        # 16-byte chunks XOR-swizzled by row: a quarter-warp's reads (lanes q = 0..3: words 16q + 4r,
-        # tokens t, t + 1) hit eight bank quads; unswizzled 256-byte token rows put q = 0, 2 and
-        # both tokens on the same four banks (4-way)
-        ring_u = gl.allocate_shared_memory(gl.int32, [RING, 2 * BT, 32], gl.SwizzledSharedLayout(4, 1, 8, order=[1, 0]))
-        ring_sc = gl.allocate_shared_memory(SC.dtype.element_ty, [RING, BN], L1)
-        ring_d = gl.allocate_shared_memory(D.dtype.element_ty, [RING, BN], L1)
-        ring_s = gl.allocate_shared_memory(gl.float32, [RING, BT], L1)
-        ring_rs = gl.allocate_shared_memory(gl.float32, [RING, BT], L1)
     else:  # placeholders: _ring_fill touches them only with ALL
-        ring_u, ring_sc, ring_d, ring_s, ring_rs, u_cp, u_ok, ns, nd, t_cp, t_ok = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+        u_cp, u_ok, ns, nd, t_cp, t_ok = 0, 0, 0, 0, 0, 0
     if RING > 0:
-        ring = gl.allocate_shared_memory(gl.int32, [RING, BN, 16], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
         for i in gl.static_range(RING - 1):  # clamped: a copy past the range reloads the last group
             _ring_fill(ring, ring_u, ring_sc, ring_d, ring_s, ring_rs, i, gl.minimum(g0 + i, g1 - 1), W, A, SC, D, S,
                        RS, N, w_off, u_cp, u_ok, ns, nd, t_cp, t_ok, ALL)
@@ -222,28 +204,96 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
             w = w_nxt
         if not ALL:
             u = u_nxt
-    if RING > 0:  # the clamped copies past the range still land: done before the program exits
+    if RING > 0:  # the clamped copies past the range still land: done before the ring is reused
         async_copy.wait_group(0)
+    return acc
 
-    cols = n0 + gl.arange(0, BN, layout=LN)
-    toks = t0 + gl.arange(0, BT, layout=LT)
+
+@gluon.jit
+def _tile_store(acc, Y, BIAS, PART, CNT, M, N, t0, n0, slot, count, tile, BN: gl.constexpr, BT: gl.constexpr,
+                WARPS: gl.constexpr, HAS_BIAS: gl.constexpr):
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
+    cols = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
+    toks = t0 + gl.arange(0, BT, layout=gl.SliceLayout(0, MMA))
     ymask = (cols < N)[:, None] & (toks < M)[None, :]
-    y_off = toks[None, :] * N + cols[:, None]
     if HAS_BIAS:
-        bias = gl.load(BIAS + rn).to(gl.float32)[:, None]
+        bias = gl.load(BIAS + gl.minimum(cols, N - 1)).to(gl.float32)[:, None]
     else:
         bias = 0.0
-    finish(acc, bias, Y, PART, CNT, y_off, ymask, M, N, pid_k, SPLIT, HAS_BIAS)
+    finish_tile(acc, bias, Y, PART, CNT, toks[None, :] * N + cols[:, None], ymask, M, N, slot, count, tile, HAS_BIAS)
 
 
-def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has_bias: bool, maxnreg: int = 0):
+@gluon.jit
+def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
+                BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, W_L: gl.constexpr, U_L: gl.constexpr, U2_L: gl.constexpr,
+                RING: gl.constexpr, ALL: gl.constexpr, HAS_BIAS: gl.constexpr, STREAM: gl.constexpr):
+    # A: the F16GF activations as int32 words [P, M, K / 2]; W: the weight words [G, N, 16];
+    # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens.
+    # RING = 0: the next group's weights load into registers ahead of this group's arithmetic --
+    # but ptxas sinks those loads to the end of the loop body (short live ranges), so each step
+    # starts by waiting a whole DRAM round trip (ncu, RESULTS run 14). RING >= 2: the weights
+    # stream through a cp.async ring of RING shared-memory stages, RING - 1 groups ahead (each
+    # thread reads back only the 16-byte words it copied). ALL: the activation words, scales,
+    # zero points and the tokens' scales / sums ride in the same ring (copied cooperatively, so
+    # Triton's barriers order them); their register loads were the next wait (M = 8: -12 to -15 %).
+    # STREAM: the grid is (1, 1, programs), a few per SM, and program p takes the p-th equal share
+    # of all (output tile, group) steps in tile-major order -- parts of one or more tiles; a tile's
+    # contributors finish it through the split-K partials in program order (stream-K). Equal tiles
+    # x splits leave a wave partly empty (ncu, RESULTS run 21: 544 programs on 396 slots at M = 16).
+    L1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+    if ALL:
+        # 16-byte chunks XOR-swizzled by row: a quarter-warp's reads (lanes q = 0..3: words 16q + 4r,
+        # tokens t, t + 1) hit eight bank quads; unswizzled 256-byte token rows put q = 0, 2 and
+        # both tokens on the same four banks (4-way)
+        ring_u = gl.allocate_shared_memory(gl.int32, [RING, 2 * BT, 32], gl.SwizzledSharedLayout(4, 1, 8, order=[1, 0]))
+        ring_sc = gl.allocate_shared_memory(SC.dtype.element_ty, [RING, BN], L1)
+        ring_d = gl.allocate_shared_memory(D.dtype.element_ty, [RING, BN], L1)
+        ring_s = gl.allocate_shared_memory(gl.float32, [RING, BT], L1)
+        ring_rs = gl.allocate_shared_memory(gl.float32, [RING, BT], L1)
+    else:
+        ring_u, ring_sc, ring_d, ring_s, ring_rs = 0, 0, 0, 0, 0
+    if RING > 0:
+        ring = gl.allocate_shared_memory(gl.int32, [RING, BN, 16], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+    else:
+        ring = 0
+    if STREAM:
+        n_tb = (M + BT - 1) // BT
+        work = n_tb * ((N + BN - 1) // BN) * G
+        progs = gl.num_programs(2)
+        p = gl.program_id(2)
+        start = p * work // progs
+        end = (p + 1) * work // progs
+        while start < end:
+            t = start // G
+            n0 = (t // n_tb) * BN
+            t0 = (t % n_tb) * BT
+            prt = (n0 >= pb1).to(gl.int32) + (n0 >= pb2).to(gl.int32)  # merged linears: rotated copy per n-block
+            gl.thread_barrier()  # the last tile's ring reads are done before this tile's copies land
+            acc = _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, start - t * G, gl.minimum(G, end - t * G), ring,
+                            ring_u, ring_sc, ring_d, ring_s, ring_rs, BN, BT, WARPS, W_L, U_L, U2_L, RING, ALL)
+            # the tile's contributors: the programs holding its first and last step
+            first = ((t * G + 1) * progs - 1) // work
+            last = ((t + 1) * G * progs - 1) // work
+            _tile_store(acc, Y, BIAS, PART, CNT, M, N, t0, n0, p - first, last - first + 1, t, BN, BT, WARPS, HAS_BIAS)
+            start = (t + 1) * G
+    else:
+        t0, n0, pid_k, prt, g0, g1 = program_tile(pb1, pb2, gps, G, BT, BN)
+        acc = _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, g0, g1, ring, ring_u, ring_sc, ring_d, ring_s,
+                        ring_rs, BN, BT, WARPS, W_L, U_L, U2_L, RING, ALL)
+        _tile_store(acc, Y, BIAS, PART, CNT, M, N, t0, n0, pid_k, SPLIT, gl.program_id(1) * gl.num_programs(0)
+                    + gl.program_id(0), BN, BT, WARPS, HAS_BIAS)
+
+
+def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has_bias: bool, maxnreg: int = 0,
+           stream: bool = False):
     """paro_gemm.gemm's launch of the kind `mma_gl` (args: its common argument tuple, the weights
     as int32 words). stages 1: the weights one group ahead in registers; 2: the weights through a
     2-stage cp.async ring; 3+: a ring of that many stages carrying the activations, scales and zero
     points too (where N is a multiple of 16: cp.async moves 4 bytes or more, and an fp16 scale row
     of another N starts off 16-byte alignment; else the weights only). maxnreg > 0 caps the registers
     per thread (the 16-token tile takes 142 uncapped, 3 programs per SM; capped at 128 it fits 4
-    without spills, and measured no faster: RESULTS paroquant run 20)."""
+    without spills, and measured no faster: RESULTS paroquant run 20). stream: grid is (1, 1,
+    programs) of a stream-K launch (paro_gemm.stream_programs), not tiles x splits."""
     tiles = bn // (16 * num_warps)  # m16 row tiles per warp
     if bm not in (8, 16) or bn % (16 * num_warps) or tiles & (tiles - 1):
         raise ValueError(f"paroquant mma_gl: bm (tokens) must be 8 or 16 and BN={bn} a power-of-two "
@@ -252,5 +302,5 @@ def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has
     a, *rest = args
     paro_mma_gl[grid](a.view(torch.int32), *rest, BN=bn, BT=bm, WARPS=num_warps, W_L=w_l, U_L=u_l, U2_L=u2_l,
                       RING=num_stages if num_stages > 1 else 0, ALL=num_stages > 2 and args[11] % 16 == 0,
-                      HAS_BIAS=has_bias, num_warps=num_warps, **({"maxnreg": maxnreg} if maxnreg else {}))
+                      HAS_BIAS=has_bias, STREAM=stream, num_warps=num_warps, **({"maxnreg": maxnreg} if maxnreg else {}))
     return args[6]
