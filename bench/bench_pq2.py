@@ -64,7 +64,7 @@ def main():
     ap.add_argument("--no-legacy", action="store_true", help="skip the (slow) legacy kernel")
     ap.add_argument("--sweep", action="store_true", help="time every tile candidate, not only the table's")
     ap.add_argument("--paths", default="", help="time only these paths (comma list; default all)")
-    ap.add_argument("--sweep-only", default="", help="sweep the tiles of these paths only (comma list)")
+    ap.add_argument("--sweep-only", default="", help="sweep the tiles of these paths only (comma list; gluon_sk: gluon's stream-K tiles)")
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting new shapes after this")
     args = ap.parse_args()
     t_start = time.time()
@@ -187,7 +187,9 @@ def variants(m, n, k, swept: set, legacy=True):
             for t in (CANDIDATES[path] if path in swept else [None]):
                 yield path, t
     if b == "small":
-        for t in ([c for c in CANDIDATES["gluon"] if c.bt == 8 or m > 8] if "gluon" in swept else [None]):
+        tiles = [c for c in CANDIDATES["gluon"] if c.bt == 8 or m > 8]
+        # "gluon_sk": the table's tile and the stream-K candidates only
+        for t in (tiles if "gluon" in swept else [None] + [c for c in tiles if c.persist] if "gluon_sk" in swept else [None]):
             yield "gluon", t
         for t in (CANDIDATES["dp4a_rows"] if "dp4a" in swept and m <= 8 else [None] if m <= 8 else []):
             yield "dp4a", t

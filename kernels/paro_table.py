@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 import triton
 
 from radiance.kernels.formats.paroquant import GROUP_SIZE
-from radiance.kernels.triton import interpreting, paro_gemm, paro_rotate
+from radiance.kernels.triton import interpreting, paro_rotate
+from radiance.kernels.triton.split_finish import stream_programs
 from radiance.knobs import knob, knob_int
 
 W4A16_ONLY = ("deqt", "gemv", "gemv_gl", "gemv_ca", "mma_gl", "wgmma")  # kinds that multiply fp16/fp32 activations only
@@ -67,7 +68,7 @@ class Tile:
 
 def stream_tile(t: Tile, m: int, n: int, groups: int, sms: int, per_sm: int) -> Tile:
     """`t` on a stream-K grid of per_sm programs per SM, its split the partial slots that needs."""
-    return replace(t, persist=per_sm, split=paro_gemm.stream_programs(per_sm * sms, m, n, t.bm, t.bn, groups)[1])
+    return replace(t, persist=per_sm, split=stream_programs(per_sm * sms, m, n, t.bm, t.bn, groups)[1])
 
 
 def prologue_mode(kind: str, i8: bool) -> int:

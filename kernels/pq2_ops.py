@@ -24,6 +24,7 @@ from radiance.kernels.triton.pq2_legacy import pq2_legacy_gemm
 from radiance.kernels.triton.pq2_planes import pq2_planes_gemm
 from radiance.kernels.triton.pq2_quant import GROUP, _quant_groups, quant_grid
 from radiance.kernels.triton.pq2_skinny import skinny_splitk_gemm
+from radiance.kernels.triton.split_finish import stream_programs
 
 INTERPRET = interpreting()  # CPU interpreter: no PTX, no libdevice
 QUANT_GB = 4  # groups per quantization program
@@ -229,17 +230,21 @@ def _run_gluon(layer, q, a, t, y, m, tile: table.Tile) -> None:
     groups = layer.k // GROUP
     gps = -(-groups // tile.splits)
     splits = -(-groups // gps)
+    tiles = triton.cdiv(m, tile.bt) * triton.cdiv(layer.n, tile.bn)
     grid = (triton.cdiv(m, tile.bt), triton.cdiv(layer.n, tile.bn), splits)
+    if tile.persist:  # stream-K: `splits` becomes the most programs sharing a tile (its partial slots)
+        progs, splits = stream_programs(tile.persist * _sms(y.device), m, layer.n, tile.bt, tile.bn, groups)
+        grid = (1, 1, progs)
     tickets = _TICKETS.get(y.device)
-    if tickets is None or tickets.numel() < grid[0] * grid[1]:
-        raise RuntimeError(f"pq2 gluon: split-K tickets for {grid[0] * grid[1]} tiles not reserved on {y.device} "
+    if tickets is None or tickets.numel() < tiles:
+        raise RuntimeError(f"pq2 gluon: split-K tickets for {tiles} tiles not reserved on {y.device} "
                            "(pq2_ops.prepare reserves them; prepare the layer on this device first)")
     p = y if splits == 1 else torch.empty((splits, m, layer.n), dtype=torch.float32, device=y.device)
 
     def make():
         w_l, u_l = operand_layouts(tile.bn, tile.warps, tile.bt)
         return _Launch(pq2_mma_gl, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "GU": tile.bc, "RING": ring,
-                                    "W_L": w_l, "U_L": u_l}, tile.warps, 1)
+                                    "W_L": w_l, "U_L": u_l, "STREAM": tile.persist > 0}, tile.warps, 1)
 
     launch = layer.plan(("gluon", tile, y.dtype), make)
     launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, p, tickets,

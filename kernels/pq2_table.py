@@ -127,6 +127,7 @@ class Tile:
     one_dot: bool = False  # planes path: one K=128 dot per group instead of four K=32 ones
     maxnreg: int = 0  # register cap per thread, 0 = the compiler's choice (more programs per SM; not gluon)
     overlap: bool = True  # gluon_wgmma: fold group g - 1 while group g's MMA runs (a second int32 dot live)
+    persist: int = 0  # gluon: a stream-K grid of this many programs per SM (splits unused), 0 = tiles x splits
 
 
 def _splits_for(programs: int, steps: int, sms: int, min_steps: int, cap: int = 16) -> int:
@@ -163,7 +164,9 @@ _S8 = Tile(bn=128, bt=16, splits=8, one_dot=True)
 _G128 = Tile(bn=128, bt=8, bc=2, stages=1)
 TUNED: dict[tuple[str, str, int, int, str], Tile] = {}
 for (_n, _k), (_m1, _small, _mid, _gluon) in {
-    (34816, 5120): (_WIDE, _S4, _MID2, _G128),  # gate_up
+    # gate_up: run 21, the same tile on a stream-K grid of 3 programs per SM (its 272 tiles filled 2.06
+    # of an SM's 4 slots): M = 2 24.6 vs 26.4 µs, M = 8 26.4 vs 26.5 (down, qkv, out: stream-K lost)
+    (34816, 5120): (_WIDE, _S4, _MID2, replace(_G128, persist=3)),  # gate_up
     (5120, 17408): (_NARROW, _S8, _MID4, Tile(bn=64, bt=8, bc=2, splits=8, stages=1)),  # down
     (14336, 5120): (_WIDE, _S4, _MID2, replace(_G128, splits=4)),  # qkv
     (5120, 6144): (Tile(bn=8, bc=16, warps=8), _S8, _MID4, Tile(bn=64, bt=8, bc=1, splits=8, stages=1)),  # out
@@ -241,7 +244,11 @@ CANDIDATES: dict[str, list[Tile]] = {
     + [Tile(bn=bn, bt=32, warps=4, stages=4, overlap=False) for bn in (64, 128)],
     "gluon": [Tile(bn=bn, bt=bt, bc=gu, warps=w, splits=s, stages=st) for bt in (8, 16)
               for bn, w in ((64, 4), (128, 4), (256, 4), (256, 8)) for s in (1, 2, 4, 8)
-              for gu, st in ((1, 1), (2, 1), (1, 4), (1, 8))],
+              for gu, st in ((1, 1), (2, 1), (1, 4), (1, 8))]
+    # the same on stream-K grids: every SM holds `persist` programs sharing all (tile, group) steps
+    # (a tiles x splits grid leaves a wave partly empty: gate_up's 272 tiles fill 2.06 of an SM's 4 slots)
+    + [Tile(bn=bn, bt=8, bc=gu, warps=4, stages=st, persist=q) for bn in (64, 128) for gu, st in ((1, 1), (2, 1), (1, 4))
+       for q in (2, 3, 4, 6)],
 }
 
 

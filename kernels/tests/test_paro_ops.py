@@ -9,7 +9,7 @@ import torch
 from radiance.kernels import paro_ops as ops
 from radiance.kernels import reference
 from radiance.kernels.formats.paroquant import unpack_awq
-from radiance.kernels.triton import paro_gemm, paro_rotate
+from radiance.kernels.triton import paro_gemm, paro_rotate, split_finish
 from radiance.kernels.triton import paro_random as rnd
 
 
@@ -257,7 +257,7 @@ def test_stream_k_shares_and_partial_slots(programs, tiles, groups):
     the W = tiles x groups (tile, group) steps; every step is taken exactly once, a tile's contributors
     are the programs the kernel computes from its first and last step, and their number never exceeds
     the partial slots stream_programs reserves (split)."""
-    progs, slots = paro_gemm.stream_programs(programs, 1, tiles * 64, 8, 64, groups)
+    progs, slots = split_finish.stream_programs(programs, 1, tiles * 64, 8, 64, groups)
     work = tiles * groups
     assert progs == min(programs, work)
     owner = [None] * work

@@ -44,7 +44,9 @@ def test_gluon_band_is_the_tuned_sets_only():
     assert table.select_path("tuned", 2, {}, (7, 5))[0] == "dp4a"  # Turing: no int8 MMA in Triton
     assert table.tile_for("dp4a", 5120, 17408, 2, 132, True, "sm_90").mr == 2
     # the H200 entries (run 10) and the heuristic elsewhere: 8 tokens per MMA, split-K on narrow layers
-    assert table.tile_for("gluon", 34816, 5120, 4, 132, True, "sm_90") == table.Tile(bn=128, bt=8, bc=2, stages=1)
+    # gate_up on a stream-K grid (run 21), lm_head the same tile on tiles x splits
+    assert table.tile_for("gluon", 34816, 5120, 4, 132, True, "sm_90") == table.Tile(bn=128, bt=8, bc=2, stages=1, persist=3)
+    assert table.tile_for("gluon", 248320, 5120, 4, 132, True, "sm_90") == table.Tile(bn=128, bt=8, bc=2, stages=1)
     assert table.tile_for("gluon", 5120, 17408, 4, 132, True, "sm_86").splits == 8
     assert table.tile_for("gluon", 5120, 17408, 4, 132, False, "sm_86").splits == 1
 

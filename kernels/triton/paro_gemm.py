@@ -30,7 +30,7 @@ import triton.language as tl
 from radiance.kernels.formats.paroquant import GROUP_SIZE, unpack_awq
 from radiance.kernels.triton import interpreting
 from radiance.kernels.triton.small_int import small_int_f32
-from radiance.kernels.triton.split_finish import finish_tile
+from radiance.kernels.triton.split_finish import finish_tile, stream_programs
 
 INTERPRET = interpreting()  # the CPU interpreter cannot run inline PTX
 
@@ -324,16 +324,6 @@ def _paro_gemv_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
 
 KERNELS = {"fold": _paro_fold_kernel, "fold1": _paro_fold_kernel, "deq": _paro_deq_kernel, "deqt": _paro_deqt_kernel,
            "gemv": _paro_gemv_kernel}
-
-
-def stream_programs(programs: int, m: int, n: int, bm: int, bn: int, groups: int) -> tuple[int, int]:
-    """A stream-K launch of `programs` programs over the (output tile, group) steps of an [m, n]
-    output: (the programs that get a step, the most of them that share one tile -- the split-K
-    partial slots it needs). Program p takes steps p W / P .. (p + 1) W / P (floored), so a tile's G
-    steps meet at most ceil(G / floor(W / P)) + 1 programs."""
-    work = triton.cdiv(m, bm) * triton.cdiv(n, bn) * groups
-    progs = max(1, min(programs, work))
-    return progs, min(progs, triton.cdiv(groups, work // progs) + 1)
 
 
 def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1: int, pb2: int,

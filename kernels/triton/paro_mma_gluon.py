@@ -293,7 +293,7 @@ def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has
     of another N starts off 16-byte alignment; else the weights only). maxnreg > 0 caps the registers
     per thread (the 16-token tile takes 142 uncapped, 3 programs per SM; capped at 128 it fits 4
     without spills, and measured no faster: RESULTS paroquant run 20). stream: grid is (1, 1,
-    programs) of a stream-K launch (paro_gemm.stream_programs), not tiles x splits."""
+    programs) of a stream-K launch (split_finish.stream_programs), not tiles x splits."""
     tiles = bn // (16 * num_warps)  # m16 row tiles per warp
     if bm not in (8, 16) or bn % (16 * num_warps) or tiles & (tiles - 1):
         raise ValueError(f"paroquant mma_gl: bm (tokens) must be 8 or 16 and BN={bn} a power-of-two "

@@ -18,7 +18,7 @@ Arithmetic: the int32 dot of codes (0/1/2) and q per group, then pq2_common's `g
 (acc + ((dot - t) * sa) * sw, the one every pq2 kernel calls). Each loop step takes GU groups,
 and loads the next step's operands before its arithmetic (the bytes in flight per program:
 GU x 32 bytes per row).
-Split-K: paro_gemv_gluon.finish (fp32 partials, an atomic ticket, the last program sums the
+Split-K: paro_gemv_gluon.finish_tile (fp32 partials, an atomic ticket, the last program sums the
 splits in order: deterministic). Ampere instructions only: runs on sm_86 and, as mma.sync, on sm_90.
 """
 import functools
@@ -27,7 +27,7 @@ from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-from radiance.kernels.triton.paro_gemv_gluon import finish, program_tile
+from radiance.kernels.triton.paro_gemv_gluon import finish_tile, program_tile
 from radiance.kernels.triton.pq2_common import block_row, group_acc, group_off
 
 NO_COPIES = gl.constexpr(1 << 30)  # program_tile's rotated-copy bounds: pq2 has one activation copy
@@ -113,22 +113,15 @@ def _step_loads(Q, S, T, W, WS, g, g1, w_off, u_off, rn, tt, G, GU: gl.constexpr
     return ops
 
 
-@gluon.jit(do_not_specialize=["M"])
-def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, G, gps, SPLIT,
-               BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, GU: gl.constexpr, RING: gl.constexpr,
-               W_L: gl.constexpr, U_L: gl.constexpr):
-    # Q: plane-ordered int8 activations as int32 words [M, K / 4]; S / T: their scales and group
-    # sums [M, G]; W: the prepared weights as int32 words (block_row); WS: weight scales [N, G].
-    # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens, GU groups per loop step.
-    # RING > 0 (GU = 1): the weights go through a cp.async ring of RING shared-memory buffers,
-    # RING - 1 groups ahead.
+@gluon.jit
+def _tile_acc(Q, S, T, W, WS, M, N, K, G, t0, n0, g0, g1, ring, BN: gl.constexpr, BT: gl.constexpr,
+              WARPS: gl.constexpr, GU: gl.constexpr, RING: gl.constexpr, W_L: gl.constexpr, U_L: gl.constexpr):
+    # the [BN, BT] fp32 sums of groups g0..g1 - 1 for the output tile at (weight row n0, token t0)
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
     A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=4)
     B_L: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=4)
     LN: gl.constexpr = gl.SliceLayout(1, MMA)  # [BN] per weight row
     LT: gl.constexpr = gl.SliceLayout(0, MMA)  # [BT] per token
-
-    t0, n0, pid_k, prt, g0, g1 = program_tile(NO_COPIES, NO_COPIES, gps, G, BT, BN)
     # indices clamped into the tensors instead of masked (rows past N / tokens past M are never stored)
     rw = gl.minimum(n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, W_L)), N - 1)
     w_off = block_row(rw, G, 8)[:, None] + gl.arange(0, 8, layout=gl.SliceLayout(0, W_L))[None, :]
@@ -142,7 +135,6 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, G, gps, SPLIT,
     # each step, so nothing is copied between registers (a queue shifted by one group per step
     # measured slower: register moves, fewer programs per SM)
     if RING > 0:  # each thread reads back only the words it copied: no barrier, only wait_group
-        ring = gl.allocate_shared_memory(gl.int32, [RING, BN, 8], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
         for i in gl.static_range(RING - 1):
             async_copy.async_copy_global_to_shared(ring.index(i), W + group_off(gl.minimum(g0 + i, g1 - 1), 8) + w_off)
             async_copy.commit_group()
@@ -165,9 +157,55 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, G, gps, SPLIT,
                 dot = mma_v2(_a_operand(w, BN, A_L), _b_operand(u, BT, B_L), gl.zeros([BN, BT], gl.int32, layout=MMA))
                 acc = group_acc(acc, dot, t[None, :], sa[None, :], sw[:, None])
 
-    if RING > 0:  # the clamped copies past the range still write: done before the smem is released
+    if RING > 0:  # the clamped copies past the range still write: done before the ring is reused
         async_copy.wait_group(0)
-    cols = n0 + gl.arange(0, BN, layout=LN)
-    toks = t0 + gl.arange(0, BT, layout=LT)
+    return acc
+
+
+@gluon.jit
+def _tile_store(acc, Y, PART, CNT, M, N, t0, n0, slot, count, tile, BN: gl.constexpr, BT: gl.constexpr,
+                WARPS: gl.constexpr):
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
+    cols = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
+    toks = t0 + gl.arange(0, BT, layout=gl.SliceLayout(0, MMA))
     ymask = (cols < N)[:, None] & (toks < M)[None, :]
-    finish(acc, 0.0, Y, PART, CNT, toks[None, :] * N + cols[:, None], ymask, M, N, pid_k, SPLIT, False)
+    finish_tile(acc, 0.0, Y, PART, CNT, toks[None, :] * N + cols[:, None], ymask, M, N, slot, count, tile, False)
+
+
+@gluon.jit(do_not_specialize=["M"])
+def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, G, gps, SPLIT,
+               BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, GU: gl.constexpr, RING: gl.constexpr,
+               W_L: gl.constexpr, U_L: gl.constexpr, STREAM: gl.constexpr = False):
+    # Q: plane-ordered int8 activations as int32 words [M, K / 4]; S / T: their scales and group
+    # sums [M, G]; W: the prepared weights as int32 words (block_row); WS: weight scales [N, G].
+    # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens, GU groups per loop step.
+    # RING > 0 (GU = 1): the weights go through a cp.async ring of RING shared-memory buffers,
+    # RING - 1 groups ahead. STREAM: a stream-K grid (1, 1, programs) -- program p takes the p-th
+    # equal share of all (output tile, group) steps, tile-major; a tile's contributors finish it in
+    # program order (paro_mma_gluon's scheme; split_finish.stream_programs sizes it).
+    if RING > 0:
+        ring = gl.allocate_shared_memory(gl.int32, [RING, BN, 8], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+    else:
+        ring = 0
+    if STREAM:
+        n_tb = (M + BT - 1) // BT
+        work = n_tb * ((N + BN - 1) // BN) * G
+        progs = gl.num_programs(2)
+        p = gl.program_id(2)
+        start = p * work // progs
+        end = (p + 1) * work // progs
+        while start < end:
+            t = start // G
+            n0 = (t // n_tb) * BN
+            t0 = (t % n_tb) * BT
+            acc = _tile_acc(Q, S, T, W, WS, M, N, K, G, t0, n0, start - t * G, gl.minimum(G, end - t * G), ring,
+                            BN, BT, WARPS, GU, RING, W_L, U_L)
+            first = ((t * G + 1) * progs - 1) // work  # the tile's contributors: its first and last step's
+            last = ((t + 1) * G * progs - 1) // work
+            _tile_store(acc, Y, PART, CNT, M, N, t0, n0, p - first, last - first + 1, t, BN, BT, WARPS)
+            start = (t + 1) * G
+    else:
+        t0, n0, pid_k, prt, g0, g1 = program_tile(NO_COPIES, NO_COPIES, gps, G, BT, BN)
+        acc = _tile_acc(Q, S, T, W, WS, M, N, K, G, t0, n0, g0, g1, ring, BN, BT, WARPS, GU, RING, W_L, U_L)
+        _tile_store(acc, Y, PART, CNT, M, N, t0, n0, pid_k, SPLIT, gl.program_id(1) * gl.num_programs(0)
+                    + gl.program_id(0), BN, BT, WARPS)

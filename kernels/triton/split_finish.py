@@ -6,6 +6,10 @@ program of the tile sums the partials in split order and writes y, rounded once 
 the same fp32 operations as pq2_common.reduce_splits' separate launch). The ticket resets itself
 (the counters and the scratch are allocated once, outside CUDA-graph capture). For a pq2 DP4A GEMV
 with many programs it measured slower than that separate launch (RESULTS run 13).
+
+Stream-K (the Gluon mma.sync decode kernels of both methods, `STREAM`): a grid of a few programs
+per SM, program p taking the p-th equal share of all (output tile, group) steps, tile-major; a
+tile's contributors finish it through the same partials and ticket, in program order.
 """
 
 from __future__ import annotations
@@ -41,3 +45,13 @@ def finish_tile(acc, Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPL
                 tot += bias[None, :]
             tl.store(y_ptr, tot.to(Y.dtype.element_ty), mask=ymask)
             tl.atomic_xchg(CNT + tile, 0)
+
+
+def stream_programs(programs: int, m: int, n: int, bm: int, bn: int, groups: int) -> tuple[int, int]:
+    """A stream-K launch of `programs` programs over the (output tile, group) steps of an [m, n]
+    output: (the programs that get a step, the most of them that share one tile -- the split-K
+    partial slots it needs). Program p takes steps p W / P .. (p + 1) W / P (floored), so a tile's G
+    steps meet at most ceil(G / floor(W / P)) + 1 programs."""
+    work = triton.cdiv(m, bm) * triton.cdiv(n, bn) * groups
+    progs = max(1, min(programs, work))
+    return progs, min(progs, triton.cdiv(groups, work // progs) + 1)
