@@ -169,6 +169,33 @@ def program_tile(pb1, pb2, gps, G, BM: gl.constexpr, BN: gl.constexpr):
 
 
 @gluon.jit
+def stream_bounds(M, N, G, BT: gl.constexpr, BN: gl.constexpr):
+    # a stream-K program's share of the (output tile, group) steps, tile-major, token tiles fastest:
+    # (token tiles, all steps, programs, this program, its first step, its end)
+    n_tb = (M + BT - 1) // BT
+    work = n_tb * ((N + BN - 1) // BN) * G
+    progs = gl.num_programs(2)
+    p = gl.program_id(2)
+    return n_tb, work, progs, p, p * work // progs, (p + 1) * work // progs
+
+
+@gluon.jit
+def stream_tile(start, end, G, n_tb, BT: gl.constexpr, BN: gl.constexpr):
+    # the tile holding step `start`: (its index, first token, first row, this program's groups of it)
+    t = start // G
+    return t, (t % n_tb) * BT, (t // n_tb) * BN, start - t * G, gl.minimum(G, end - t * G)
+
+
+@gluon.jit
+def stream_slot(t, G, work, progs, p):
+    # (this program's partial slot in tile t, the tile's contributors: the programs holding its
+    # first and last step)
+    first = ((t * G + 1) * progs - 1) // work
+    last = ((t + 1) * G * progs - 1) // work
+    return p - first, last - first + 1
+
+
+@gluon.jit
 def finish(y, bias, Y, PART, CNT, y_off, ymask, M, N, pid_k, SPLIT, HAS_BIAS: gl.constexpr):
     # y (+ bias) into Y; with split-K (split_finish.finish_tile's scheme) the partial into PART, an
     # atomic ticket per output tile, and the last program sums the partials in split order

@@ -35,7 +35,7 @@ from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-from radiance.kernels.triton.paro_gemv_gluon import finish_tile, program_tile
+from radiance.kernels.triton.paro_gemv_gluon import finish_tile, program_tile, stream_bounds, stream_slot, stream_tile
 
 
 @gluon.jit
@@ -257,24 +257,15 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
     else:
         ring = 0
     if STREAM:
-        n_tb = (M + BT - 1) // BT
-        work = n_tb * ((N + BN - 1) // BN) * G
-        progs = gl.num_programs(2)
-        p = gl.program_id(2)
-        start = p * work // progs
-        end = (p + 1) * work // progs
+        n_tb, work, progs, p, start, end = stream_bounds(M, N, G, BT, BN)
         while start < end:
-            t = start // G
-            n0 = (t // n_tb) * BN
-            t0 = (t % n_tb) * BT
+            t, t0, n0, g0, g1 = stream_tile(start, end, G, n_tb, BT, BN)
             prt = (n0 >= pb1).to(gl.int32) + (n0 >= pb2).to(gl.int32)  # merged linears: rotated copy per n-block
             gl.thread_barrier()  # the last tile's ring reads are done before this tile's copies land
-            acc = _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, start - t * G, gl.minimum(G, end - t * G), ring,
-                            ring_u, ring_sc, ring_d, ring_s, ring_rs, BN, BT, WARPS, W_L, U_L, U2_L, RING, ALL)
-            # the tile's contributors: the programs holding its first and last step
-            first = ((t * G + 1) * progs - 1) // work
-            last = ((t + 1) * G * progs - 1) // work
-            _tile_store(acc, Y, BIAS, PART, CNT, M, N, t0, n0, p - first, last - first + 1, t, BN, BT, WARPS, HAS_BIAS)
+            acc = _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, g0, g1, ring, ring_u, ring_sc, ring_d, ring_s,
+                            ring_rs, BN, BT, WARPS, W_L, U_L, U2_L, RING, ALL)
+            slot, count = stream_slot(t, G, work, progs, p)
+            _tile_store(acc, Y, BIAS, PART, CNT, M, N, t0, n0, slot, count, t, BN, BT, WARPS, HAS_BIAS)
             start = (t + 1) * G
     else:
         t0, n0, pid_k, prt, g0, g1 = program_tile(pb1, pb2, gps, G, BT, BN)

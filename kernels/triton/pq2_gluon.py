@@ -27,7 +27,7 @@ from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-from radiance.kernels.triton.paro_gemv_gluon import finish_tile, program_tile
+from radiance.kernels.triton.paro_gemv_gluon import finish_tile, program_tile, stream_bounds, stream_slot, stream_tile
 from radiance.kernels.triton.pq2_common import block_row, group_acc, group_off
 
 NO_COPIES = gl.constexpr(1 << 30)  # program_tile's rotated-copy bounds: pq2 has one activation copy
@@ -188,21 +188,12 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, G, gps, SPLIT,
     else:
         ring = 0
     if STREAM:
-        n_tb = (M + BT - 1) // BT
-        work = n_tb * ((N + BN - 1) // BN) * G
-        progs = gl.num_programs(2)
-        p = gl.program_id(2)
-        start = p * work // progs
-        end = (p + 1) * work // progs
+        n_tb, work, progs, p, start, end = stream_bounds(M, N, G, BT, BN)
         while start < end:
-            t = start // G
-            n0 = (t // n_tb) * BN
-            t0 = (t % n_tb) * BT
-            acc = _tile_acc(Q, S, T, W, WS, M, N, K, G, t0, n0, start - t * G, gl.minimum(G, end - t * G), ring,
-                            BN, BT, WARPS, GU, RING, W_L, U_L)
-            first = ((t * G + 1) * progs - 1) // work  # the tile's contributors: its first and last step's
-            last = ((t + 1) * G * progs - 1) // work
-            _tile_store(acc, Y, PART, CNT, M, N, t0, n0, p - first, last - first + 1, t, BN, BT, WARPS)
+            t, t0, n0, g0, g1 = stream_tile(start, end, G, n_tb, BT, BN)
+            acc = _tile_acc(Q, S, T, W, WS, M, N, K, G, t0, n0, g0, g1, ring, BN, BT, WARPS, GU, RING, W_L, U_L)
+            slot, count = stream_slot(t, G, work, progs, p)
+            _tile_store(acc, Y, PART, CNT, M, N, t0, n0, slot, count, t, BN, BT, WARPS)
             start = (t + 1) * G
     else:
         t0, n0, pid_k, prt, g0, g1 = program_tile(NO_COPIES, NO_COPIES, gps, G, BT, BN)
