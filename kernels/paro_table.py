@@ -60,7 +60,7 @@ class Tile:
     kind: str = "deq"  # "deq" | "deqt" | "fold" | "fold1" | "gemv" (paro_gemm.KERNELS) | "gemv_gl" | "gemv_ca"
     # (paro_gemv_gluon) | "mma_gl" (paro_mma_gluon; bm = 8 or 16 tokens per program) | "wgmma" (paro_wgmma, sm_90 prefill)
     gpi: int = 1  # K groups per loop iteration (gemv only; divides the layer's group count)
-    maxnreg: int = 0  # register cap per thread, 0 = the compiler's choice (Triton kinds; gemv_gl refuses one)
+    maxnreg: int = 0  # register cap per thread, 0 = the compiler's choice (Triton kinds and mma_gl; gemv_gl refuses one)
     # mma_gl: a stream-K grid of this many programs per SM, split then the most programs sharing
     # one output tile (stream_tile); 0 = one program per tile and split
     persist: int = 0

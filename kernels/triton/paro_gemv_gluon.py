@@ -196,6 +196,22 @@ def stream_slot(t, G, work, progs, p):
 
 
 @gluon.jit
+def store_tile(acc, Y, BIAS, PART, CNT, M, N, t0, n0, slot, count, tile, BN: gl.constexpr, BT: gl.constexpr,
+               WARPS: gl.constexpr, HAS_BIAS: gl.constexpr):
+    # an mma.sync decode kernel's [BN, BT] accumulator (rows n0.., tokens t0..) through finish_tile
+    # (+ the rows' bias with HAS_BIAS; BIAS is not read without it)
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
+    cols = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
+    toks = t0 + gl.arange(0, BT, layout=gl.SliceLayout(0, MMA))
+    ymask = (cols < N)[:, None] & (toks < M)[None, :]
+    if HAS_BIAS:
+        bias = gl.load(BIAS + gl.minimum(cols, N - 1)).to(gl.float32)[:, None]
+    else:
+        bias = 0.0
+    finish_tile(acc, bias, Y, PART, CNT, toks[None, :] * N + cols[:, None], ymask, M, N, slot, count, tile, HAS_BIAS)
+
+
+@gluon.jit
 def finish(y, bias, Y, PART, CNT, y_off, ymask, M, N, pid_k, SPLIT, HAS_BIAS: gl.constexpr):
     # y (+ bias) into Y; with split-K (split_finish.finish_tile's scheme) the partial into PART, an
     # atomic ticket per output tile, and the last program sums the partials in split order

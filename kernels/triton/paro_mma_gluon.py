@@ -35,7 +35,7 @@ from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-from radiance.kernels.triton.paro_gemv_gluon import finish_tile, program_tile, stream_bounds, stream_slot, stream_tile
+from radiance.kernels.triton.paro_gemv_gluon import program_tile, store_tile, stream_bounds, stream_slot, stream_tile
 
 
 @gluon.jit
@@ -210,20 +210,6 @@ def _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, g0, g1, ring, ring_u,
 
 
 @gluon.jit
-def _tile_store(acc, Y, BIAS, PART, CNT, M, N, t0, n0, slot, count, tile, BN: gl.constexpr, BT: gl.constexpr,
-                WARPS: gl.constexpr, HAS_BIAS: gl.constexpr):
-    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
-    cols = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
-    toks = t0 + gl.arange(0, BT, layout=gl.SliceLayout(0, MMA))
-    ymask = (cols < N)[:, None] & (toks < M)[None, :]
-    if HAS_BIAS:
-        bias = gl.load(BIAS + gl.minimum(cols, N - 1)).to(gl.float32)[:, None]
-    else:
-        bias = 0.0
-    finish_tile(acc, bias, Y, PART, CNT, toks[None, :] * N + cols[:, None], ymask, M, N, slot, count, tile, HAS_BIAS)
-
-
-@gluon.jit
 def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
                 BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, W_L: gl.constexpr, U_L: gl.constexpr, U2_L: gl.constexpr,
                 RING: gl.constexpr, ALL: gl.constexpr, HAS_BIAS: gl.constexpr, STREAM: gl.constexpr):
@@ -265,13 +251,13 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
             acc = _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, g0, g1, ring, ring_u, ring_sc, ring_d, ring_s,
                             ring_rs, BN, BT, WARPS, W_L, U_L, U2_L, RING, ALL)
             slot, count = stream_slot(t, G, work, progs, p)
-            _tile_store(acc, Y, BIAS, PART, CNT, M, N, t0, n0, slot, count, t, BN, BT, WARPS, HAS_BIAS)
+            store_tile(acc, Y, BIAS, PART, CNT, M, N, t0, n0, slot, count, t, BN, BT, WARPS, HAS_BIAS)
             start = (t + 1) * G
     else:
         t0, n0, pid_k, prt, g0, g1 = program_tile(pb1, pb2, gps, G, BT, BN)
         acc = _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, g0, g1, ring, ring_u, ring_sc, ring_d, ring_s,
                         ring_rs, BN, BT, WARPS, W_L, U_L, U2_L, RING, ALL)
-        _tile_store(acc, Y, BIAS, PART, CNT, M, N, t0, n0, pid_k, SPLIT, gl.program_id(1) * gl.num_programs(0)
+        store_tile(acc, Y, BIAS, PART, CNT, M, N, t0, n0, pid_k, SPLIT, gl.program_id(1) * gl.num_programs(0)
                     + gl.program_id(0), BN, BT, WARPS, HAS_BIAS)
 
 

@@ -27,7 +27,7 @@ from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-from radiance.kernels.triton.paro_gemv_gluon import finish_tile, program_tile, stream_bounds, stream_slot, stream_tile
+from radiance.kernels.triton.paro_gemv_gluon import program_tile, store_tile, stream_bounds, stream_slot, stream_tile
 from radiance.kernels.triton.pq2_common import block_row, group_acc, group_off
 
 NO_COPIES = gl.constexpr(1 << 30)  # program_tile's rotated-copy bounds: pq2 has one activation copy
@@ -162,16 +162,6 @@ def _tile_acc(Q, S, T, W, WS, M, N, K, G, t0, n0, g0, g1, ring, BN: gl.constexpr
     return acc
 
 
-@gluon.jit
-def _tile_store(acc, Y, PART, CNT, M, N, t0, n0, slot, count, tile, BN: gl.constexpr, BT: gl.constexpr,
-                WARPS: gl.constexpr):
-    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
-    cols = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
-    toks = t0 + gl.arange(0, BT, layout=gl.SliceLayout(0, MMA))
-    ymask = (cols < N)[:, None] & (toks < M)[None, :]
-    finish_tile(acc, 0.0, Y, PART, CNT, toks[None, :] * N + cols[:, None], ymask, M, N, slot, count, tile, False)
-
-
 @gluon.jit(do_not_specialize=["M"])
 def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, G, gps, SPLIT,
                BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, GU: gl.constexpr, RING: gl.constexpr,
@@ -193,10 +183,10 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, G, gps, SPLIT,
             t, t0, n0, g0, g1 = stream_tile(start, end, G, n_tb, BT, BN)
             acc = _tile_acc(Q, S, T, W, WS, M, N, K, G, t0, n0, g0, g1, ring, BN, BT, WARPS, GU, RING, W_L, U_L)
             slot, count = stream_slot(t, G, work, progs, p)
-            _tile_store(acc, Y, PART, CNT, M, N, t0, n0, slot, count, t, BN, BT, WARPS)
+            store_tile(acc, Y, Y, PART, CNT, M, N, t0, n0, slot, count, t, BN, BT, WARPS, False)
             start = (t + 1) * G
     else:
         t0, n0, pid_k, prt, g0, g1 = program_tile(NO_COPIES, NO_COPIES, gps, G, BT, BN)
         acc = _tile_acc(Q, S, T, W, WS, M, N, K, G, t0, n0, g0, g1, ring, BN, BT, WARPS, GU, RING, W_L, U_L)
-        _tile_store(acc, Y, PART, CNT, M, N, t0, n0, pid_k, SPLIT, gl.program_id(1) * gl.num_programs(0)
-                    + gl.program_id(0), BN, BT, WARPS)
+        store_tile(acc, Y, Y, PART, CNT, M, N, t0, n0, pid_k, SPLIT, gl.program_id(1) * gl.num_programs(0)
+                   + gl.program_id(0), BN, BT, WARPS, False)
