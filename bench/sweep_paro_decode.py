@@ -54,6 +54,9 @@ def tiles(m: int, n: int, groups: int, sms: int, kinds: str):
         for bt, (warps, rt), stages, split in itertools.product((8,) if m <= 8 else (8, 16), ((4, 1), (4, 2), (2, 2), (2, 1)),
                                                                 (3, 4), (1, 2, 4, 8, 16)):
             yield ops.Tile(bt, 16 * warps * rt, warps, stages, split, "mma_gl")
+    if m <= 8 and "mma_deep" in kinds:  # rings deeper than the table's 4 stages: a short split's groups all in flight
+        for (warps, rt), stages, split in itertools.product(((2, 1), (4, 1), (2, 2)), (4, 6, 8), (1, 2, 4, 8)):
+            yield ops.Tile(8, 16 * warps * rt, warps, stages, split, "mma_gl")
     if m <= 16 and "mma_sk" in kinds:  # stream-K: a few programs per SM share all (tile, group) steps equally
         for (bn, warps), per_sm in itertools.product(((128, 4), (64, 2)), (2, 3, 4, 5, 6, 8)):
             # (offline SASS, sm_90: the stream-K loop takes 121 registers at 8 tokens on BN 128 / 4 warps,
@@ -96,7 +99,7 @@ def main() -> None:
     ap.add_argument("--shapes", default="gate_up,down")
     ap.add_argument("--ms", default="1,4")
     ap.add_argument("--kinds", default="gemv_gl",
-                    help="kinds swept (comma list): gemv_gl, gemv_ca, gemv_deep (M <= 4), mma_gl, mma_ring (M <= 16), mma_cap (M = 9..16), mma_wide, mma_sk (M <= 16), "
+                    help="kinds swept (comma list): gemv_gl, gemv_ca, gemv_deep (M <= 4), mma_gl, mma_ring (M <= 16), mma_deep (M <= 8), mma_cap (M = 9..16), mma_wide, mma_sk (M <= 16), "
                          "gemv (M = 1), "
                          "deq, deqt (M > 1)")
     args = ap.parse_args()

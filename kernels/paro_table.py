@@ -31,6 +31,10 @@ W4A16_ONLY = ("deqt", "gemv", "gemv_gl", "gemv_ca", "mma_gl", "wgmma")  # kinds 
 GEMV_MAX_M = 1  # W4A16 rows up to this run the Triton CUDA-core gemv (one program per row)
 GEMV_GL_MAX_M = 2  # ... and up to this the Gluon one (all rows in one program), where mma_gl does not take them:
 MMA_GL_MAX_M = 16  # W4A16 rows 1..this on sm_80+: the Gluon tensor-core kind (8 tokens per program, 16 above 8)
+# BN-64 decode programs that split-K leaves with this few groups run one m16 row tile per warp on
+# 4 warps instead of two on 2 (RESULTS paroquant run 22: out, 6 groups per program, -4 to -7 % at
+# M = 1 / 2 / 8; qkv at 10 groups lost 8-11 %, down at 17 tied)
+SHORT_SPLIT_GROUPS = 8
 # its 16-token tile on a stream-K grid takes 165 registers (offline SASS, sm_90): 3 programs of 4 warps per SM
 STREAM_PER_SM_16 = 3
 # Below Ampere Triton 3.6 lowers tl.dot to FMA (no tensor cores; offline SASS for sm_75: the deq /
@@ -220,7 +224,10 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
         bn, warps = (128, 4) if n >= 128 * sms else (64, 2)
         if m <= 8:
             want = max(1, min(8, groups // 2, triton.cdiv(8 * sms, triton.cdiv(n, 64))))
-            return fit_tile(Tile(8, bn, warps, 4, 1 << (want.bit_length() - 1), "mma_gl"), smem_limit(cap))
+            split = 1 << (want.bit_length() - 1)
+            if bn == 64 and split > 1 and groups // split <= SHORT_SPLIT_GROUPS:
+                warps = 4  # one m16 row tile per warp: twice the warps on the same grid
+            return fit_tile(Tile(8, bn, warps, 4, split, "mma_gl"), smem_limit(cap))
         if bn == 128:
             t = fit_tile(Tile(16, bn, warps, 3, 1, "mma_gl"), smem_limit(cap))
             return stream_tile(t, m, n, groups, sms, min(STREAM_PER_SM_16, smem_limit(cap) // smem_bytes(t, 2)))

@@ -65,7 +65,8 @@ def test_turing_decode_rows_stay_on_the_gemv_then_go_to_the_scratch(monkeypatch)
     (8, 5120, 136, ops.Tile(8, 64, 2, 4, 8, "mma_gl")),  # down: 80 x 14 wanted, capped at 8
     (4, 14336, 40, ops.Tile(8, 64, 2, 4, 4, "mma_gl")),  # qkv: 224 x 5 wanted, a power of two below
     (1, 14336, 40, ops.Tile(8, 64, 2, 4, 4, "mma_gl")),  # M = 1 the same ring
-    (1, 5120, 48, ops.Tile(8, 64, 2, 4, 8, "mma_gl")),  # out: M = 1 on the tensor cores too
+    (1, 5120, 48, ops.Tile(8, 64, 4, 4, 8, "mma_gl")),  # out: 6 groups per program, one row tile per warp
+    (8, 5120, 48, ops.Tile(8, 64, 4, 4, 8, "mma_gl")),
     # 16 tokens per program on a stream-K grid of 3 programs per SM: up to 3 programs share a tile
     (16, 34816, 40, ops.Tile(16, 128, 4, 3, 3, "mma_gl", persist=3)),
     (12, 14336, 40, ops.Tile(16, 64, 2, 3, 2, "mma_gl")),
