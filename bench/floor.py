@@ -10,7 +10,8 @@ and format (pq2 2.125 bits, paroquant 4.25 bits), under CUDA graphs with copies 
 - pair: pre, then read, in one graph -- the floor of any two-launch linear;
 - gemm: the shipped GEMM alone on activations prepared once (ours minus the activation pass:
   what the GEMM costs over the read, and what the second launch adds);
-- ours: the shipped M = 1 forward (table tile), cuBLAS bf16 and the copy roofline from this run.
+- ours: the shipped M = 1 forward (table tile), cuBLAS bf16 and the copy roofline from this run;
+- null (once per run): a kernel that does nothing, per launch in a graph -- what a launch costs.
 
     python bench/floor.py --out DIR      # rows appended to DIR/results.jsonl (path floor_*)
 """
@@ -49,6 +50,22 @@ def stream_read(W, OUT, n_vec, CHUNK: tl.constexpr, STEPS: tl.constexpr):
         o = v + s * CHUNK
         acc ^= tl.load(W + o[:, None] * 4 + tl.arange(0, 4)[None, :], mask=o[:, None] < n_vec, other=0)
     tl.store(OUT + tl.program_id(0), tl.xor_sum(tl.xor_sum(acc, 1), 0))
+
+
+@triton.jit
+def null_kernel(OUT, n):
+    # one predicated store nobody takes (n = 0): a launch that does no work
+    if tl.program_id(0) < n:
+        tl.store(OUT + tl.program_id(0), 1)
+
+
+def launch_cost(out: torch.Tensor) -> dict[str, float]:
+    """µs per launch of a kernel that does nothing, replayed back to back in a CUDA graph: one
+    program, and grids of 1 and 4 programs per SM (4 warps each) -- the share of an activation pass
+    or a GEMV that is the launch itself, not its work."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return {f"floor_null_{g}": graph_time([lambda g=g: null_kernel[(g,)](out, 0, num_warps=4)] * 8)
+            for g in (1, sms, 4 * sms)}
 
 
 def read_fn(buf: torch.Tensor, out: torch.Tensor, tile):
@@ -125,6 +142,11 @@ def main():
     gen = torch.Generator(device="cuda").manual_seed(0)
     jl = open(os.path.join(args.out, "results.jsonl"), "a")
     out = torch.empty(1 << 20, dtype=torch.int32, device="cuda")
+    for path, us in launch_cost(out).items():
+        print(f"# {path}: {us:.2f} us per launch", flush=True)
+        jl.write(json.dumps({"date": date, "gpu": gpu, "method": None, "path": path, "N": None, "K": None, "M": None,
+                             "us": round(us, 2), "roofline_us": None, "cublas_bf16_us": None, "gemlite_us": None,
+                             "tinygemm_us": None, "run": args.run}) + "\n")
     for name in args.shapes.split(","):
         n, k = SHAPES[name]
         wbf = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies_for(2 * n * k))]
