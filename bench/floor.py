@@ -11,7 +11,7 @@ and format (pq2 2.125 bits, paroquant 4.25 bits), under CUDA graphs with copies 
 - gemm: the shipped GEMM alone on activations prepared once (ours minus the activation pass:
   what the GEMM costs over the read, and what the second launch adds);
 - ours: the shipped M = 1 forward (table tile), cuBLAS bf16 and the copy roofline from this run;
-- null (once per run): a kernel that does nothing, per launch in a graph -- what a launch costs.
+- null (once per run): a kernel that does nothing, per launch in a graph -- the least any kernel takes.
 
     python bench/floor.py --out DIR      # rows appended to DIR/results.jsonl (path floor_*)
 """
@@ -61,8 +61,8 @@ def null_kernel(OUT, n):
 
 def launch_cost(out: torch.Tensor) -> dict[str, float]:
     """µs per launch of a kernel that does nothing, replayed back to back in a CUDA graph: one
-    program, and grids of 1 and 4 programs per SM (4 warps each) -- the share of an activation pass
-    or a GEMV that is the launch itself, not its work."""
+    program, and grids of 1 and 4 programs per SM (4 warps each) -- the floor under any kernel's
+    time in a graph (a busy kernel overlaps part of it: RESULTS paroquant run 22, calls 5-6)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     return {f"floor_null_{g}": graph_time([lambda g=g: null_kernel[(g,)](out, 0, num_warps=4)] * 8)
             for g in (1, sms, 4 * sms)}
