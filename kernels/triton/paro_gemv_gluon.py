@@ -159,13 +159,24 @@ def paro_gemv_gl(A, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps,
 
 
 @gluon.jit
+def rotated_copy(n0, pb1, pb2):
+    # merged linears: which rotated activation copy the columns from n0 read (partition boundaries pb1, pb2)
+    return (n0 >= pb1).to(gl.int32) + (n0 >= pb2).to(gl.int32)
+
+
+@gluon.jit
+def split_tile():
+    # a split-K program's output tile: its ticket and partial index (grid axes 0 and 1; axis 2 splits K)
+    return gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)
+
+
+@gluon.jit
 def program_tile(pb1, pb2, gps, G, BM: gl.constexpr, BN: gl.constexpr):
     # (first row, first column, split index, rotated copy, group range) of this program
     n0 = gl.program_id(1) * BN
     pid_k = gl.program_id(2)
-    prt = (n0 >= pb1).to(gl.int32) + (n0 >= pb2).to(gl.int32)  # merged linears: rotated copy per n-block
     g0 = pid_k * gps
-    return gl.program_id(0) * BM, n0, pid_k, prt, g0, gl.minimum(g0 + gps, G)
+    return gl.program_id(0) * BM, n0, pid_k, rotated_copy(n0, pb1, pb2), g0, gl.minimum(g0 + gps, G)
 
 
 @gluon.jit
@@ -215,8 +226,7 @@ def store_tile(acc, Y, BIAS, PART, CNT, M, N, t0, n0, slot, count, tile, BN: gl.
 def finish(y, bias, Y, PART, CNT, y_off, ymask, M, N, pid_k, SPLIT, HAS_BIAS: gl.constexpr):
     # y (+ bias) into Y; with split-K (split_finish.finish_tile's scheme) the partial into PART, an
     # atomic ticket per output tile, and the last program sums the partials in split order
-    finish_tile(y, bias, Y, PART, CNT, y_off, ymask, M, N, pid_k, SPLIT,
-                gl.program_id(1) * gl.num_programs(0) + gl.program_id(0), HAS_BIAS)
+    finish_tile(y, bias, Y, PART, CNT, y_off, ymask, M, N, pid_k, SPLIT, split_tile(), HAS_BIAS)
 
 
 @gluon.jit

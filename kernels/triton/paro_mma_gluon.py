@@ -35,7 +35,8 @@ from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-from radiance.kernels.triton.paro_gemv_gluon import program_tile, store_tile, stream_bounds, stream_slot, stream_tile
+from radiance.kernels.triton.paro_gemv_gluon import (program_tile, rotated_copy, split_tile, store_tile, stream_bounds,
+                                                       stream_slot, stream_tile)
 
 
 @gluon.jit
@@ -246,7 +247,7 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
         n_tb, work, progs, p, start, end = stream_bounds(M, N, G, BT, BN)
         while start < end:
             t, t0, n0, g0, g1 = stream_tile(start, end, G, n_tb, BT, BN)
-            prt = (n0 >= pb1).to(gl.int32) + (n0 >= pb2).to(gl.int32)  # merged linears: rotated copy per n-block
+            prt = rotated_copy(n0, pb1, pb2)
             gl.thread_barrier()  # the last tile's ring reads are done before this tile's copies land
             acc = _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, g0, g1, ring, ring_u, ring_sc, ring_d, ring_s,
                             ring_rs, BN, BT, WARPS, W_L, U_L, U2_L, RING, ALL)
@@ -257,8 +258,7 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
         t0, n0, pid_k, prt, g0, g1 = program_tile(pb1, pb2, gps, G, BT, BN)
         acc = _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, g0, g1, ring, ring_u, ring_sc, ring_d, ring_s,
                         ring_rs, BN, BT, WARPS, W_L, U_L, U2_L, RING, ALL)
-        store_tile(acc, Y, BIAS, PART, CNT, M, N, t0, n0, pid_k, SPLIT, gl.program_id(1) * gl.num_programs(0)
-                    + gl.program_id(0), BN, BT, WARPS, HAS_BIAS)
+        store_tile(acc, Y, BIAS, PART, CNT, M, N, t0, n0, pid_k, SPLIT, split_tile(), BN, BT, WARPS, HAS_BIAS)
 
 
 def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has_bias: bool, maxnreg: int = 0,

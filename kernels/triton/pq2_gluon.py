@@ -27,7 +27,8 @@ from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-from radiance.kernels.triton.paro_gemv_gluon import program_tile, store_tile, stream_bounds, stream_slot, stream_tile
+from radiance.kernels.triton.paro_gemv_gluon import (program_tile, split_tile, store_tile, stream_bounds, stream_slot,
+                                                       stream_tile)
 from radiance.kernels.triton.pq2_common import block_row, group_acc, group_off
 
 NO_COPIES = gl.constexpr(1 << 30)  # program_tile's rotated-copy bounds: pq2 has one activation copy
@@ -188,5 +189,4 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, G, gps, SPLIT,
     else:
         t0, n0, pid_k, prt, g0, g1 = program_tile(NO_COPIES, NO_COPIES, gps, G, BT, BN)
         acc = _tile_acc(Q, S, T, W, WS, M, N, K, G, t0, n0, g0, g1, ring, BN, BT, WARPS, GU, RING, W_L, U_L)
-        store_tile(acc, Y, Y, PART, CNT, M, N, t0, n0, pid_k, SPLIT, gl.program_id(1) * gl.num_programs(0)
-                   + gl.program_id(0), BN, BT, WARPS, False)
+        store_tile(acc, Y, Y, PART, CNT, M, N, t0, n0, pid_k, SPLIT, split_tile(), BN, BT, WARPS, False)
