@@ -2,7 +2,7 @@
 # One device call, run from the repo root on the lent H200(s) with .whl and .paro_real carried:
 #   bash bench/device_run.sh tp tests pq2 paro      (any subset, in that order)
 # tp: bench/bench_tp.py (needs nvidia-h200-x2); tests: every gpu test of radiance.kernels;
-# sweep: bench/sweep_paro_decode.py (decode tiles); floor: bench/floor.py (what an M = 1 linear cannot beat); pattern: bench/read_pattern.py (the decode GEMM's read pattern against a contiguous one); prologue: bench/sweep_prologue.py; ncu: Nsight Compute on bench/$NCU_TARGET's kernels matching $NCU_K (sections, then stall reasons as CSV); breakdown: bench/prefill_breakdown.py; gemmdata: bench/gemm_data.py (cuBLAS time against operand dtype and values); pq2 / paro: the two kernel benchmarks (extra args through PQ2_ARGS / PARO_ARGS; TESTS narrows the tests, TEST_K selects by -k).
+# sweep: bench/sweep_paro_decode.py (decode tiles); pdl: bench/pdl_probe.py (programmatic dependent launch at decode, on vs off); floor: bench/floor.py (what an M = 1 linear cannot beat); pattern: bench/read_pattern.py (the decode GEMM's read pattern against a contiguous one); prologue: bench/sweep_prologue.py; ncu: Nsight Compute on bench/$NCU_TARGET's kernels matching $NCU_K (sections, then stall reasons as CSV); breakdown: bench/prefill_breakdown.py; gemmdata: bench/gemm_data.py (cuBLAS time against operand dtype and values); pq2 / paro: the two kernel benchmarks (extra args through PQ2_ARGS / PARO_ARGS; TESTS narrows the tests, TEST_K selects by -k).
 set -o pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 R=$PWD; OUT=${OUT:-/tmp/out}; mkdir -p $OUT
@@ -23,6 +23,7 @@ for step in "$@"; do
     gemmdata) python3 bench/gemm_data.py $GEMMDATA_ARGS 2>&1 | tee $OUT/gemmdata.log | tail -40 ;;
     breakdown) python3 bench/prefill_breakdown.py $BREAKDOWN_ARGS 2>&1 | tee $OUT/breakdown.log | tail -20 ;;
     floor) python3 bench/floor.py --out $OUT $FLOOR_ARGS 2>&1 | tee $OUT/floor.log | tail -20 ;;
+    pdl) python3 bench/pdl_probe.py --out $OUT $PDL_ARGS 2>&1 | tee $OUT/pdl.log | tail -40 ;;
     pattern) python3 bench/read_pattern.py --out $OUT $PATTERN_ARGS 2>&1 | tee $OUT/pattern.log | tail -60 ;;
     prologue) python3 bench/sweep_prologue.py --out $OUT $PROLOGUE_ARGS 2>&1 | tee $OUT/prologue.log | tail -40 ;;
     ncu) ncu --clock-control none -k regex:"$NCU_K" -c ${NCU_C:-10} --section SpeedOfLight --section Occupancy \

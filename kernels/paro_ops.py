@@ -14,9 +14,10 @@ import torch
 
 from radiance.kernels.formats.paroquant import GROUP_SIZE
 from radiance.kernels.paro_table import (  # noqa: F401 -- the table's names, re-exported: callers say ops.Tile
-    TURING_GEMV_MAX_M, W4A16_ONLY, WGMMA_BT128_MAX_M, WGMMA_MAX_M, Tile, decode_tile, fit_tile, gemv_kind, prefill_tile,
-    prologue_mode, scratch_gemm_preferred, scratch_piece_rows, smem_bytes, smem_limit, stream_tile, use_int8,
-    wgmma_prefill_max_m)
+    TURING_GEMV_MAX_M, W4A16_ONLY, WGMMA_BT128_MAX_M, WGMMA_MAX_M, Tile, decode_tile, fit_tile, gemv_kind,
+    launches_dependent, prefill_tile, prologue_mode, scratch_gemm_preferred, scratch_piece_rows, smem_bytes,
+    smem_limit, stream_tile, use_int8, wgmma_prefill_max_m)
+from radiance.kernels.pdl import enabled as pdl_enabled
 from radiance.kernels.triton import paro_gemm, paro_rotate, paro_scratch
 from radiance.knobs import knob_int
 
@@ -72,6 +73,7 @@ class ParoLayer:
     bias: torch.Tensor | None = None
     wgmma_max_m: int = 0  # prefill rows up to this run the fused wgmma GEMM (wgmma_prefill_max_m)
     scratch_rows: int = 0  # scratch path: weight rows dequantized per piece, 0 = all at once (scratch_piece_rows)
+    pdl: bool = False  # decode GEMMs may launch dependent on their prologue (kernels/pdl.py; the table says which)
     tiles: dict = field(default_factory=dict)
 
     @property
@@ -111,7 +113,9 @@ def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: li
                       paro_rotate.build_tables(rotations, device),
                       tuple((bounds + [1 << 30, 1 << 30])[:2]), n, k, cap, sms,
                       knob_int("RADIANCE_PQ_DECODE_MAX_M"), i8, scratch_gemm_preferred(cap, i8), bias,
-                      wgmma_prefill_max_m(cap, i8, n, device.type == "cuda"), scratch_piece_rows())
+                      wgmma_prefill_max_m(cap, i8, n, device.type == "cuda"), scratch_piece_rows(),
+                      # the real GPU's capability: a faked one (the sm_75 configs run on the H200) never asks for it
+                      pdl=device.type == "cuda" and pdl_enabled(dcap) and cap >= (9, 0))
     part = max(decode_tile(m, n, g, sms, cap, layer.i8).split * m * n for m in range(1, layer.decode_max_m + 1))
     deq = paro_scratch.scratch_elems(n, k, layer.scratch_rows) if layer.scratch_prefill else 0
     if layer.scratch_prefill and layer.scratch_rows and device.type == "cuda":
@@ -143,9 +147,9 @@ def tile_for(layer: ParoLayer, m: int) -> Tile:
 
 
 def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor | None, rs: torch.Tensor | None,
-                 out_dtype: torch.dtype, t: Tile, bias: torch.Tensor | None = None) -> torch.Tensor:
+                 out_dtype: torch.dtype, t: Tile, bias: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
     """y [M, N] (+ bias) from prologue outputs (a [P, M, K] in the format `t.kind` reads,
-    s/rs [P, M, G])."""
+    s/rs [P, M, G]). pdl: launched dependent on the prologue just before it (which triggered)."""
     check_partitions(layer, a)
     if t.kind in ("gemv_ca", "mma_gl") and layer.cap < (8, 0):
         raise ValueError(f"paroquant {t.kind} needs sm_80+ (cp.async / mma.sync m16n8k16); this GPU is "
@@ -158,7 +162,7 @@ def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor | None, rs: 
     paro_gemm.gemm(t.kind, a, s, rs, layer.wb, layer.sc, layer.d, y, bm=t.bm, bn=t.bn, split=t.split,
                    pb1=layer.bounds[0], pb2=layer.bounds[1], part=scr.part, cnt=scr.cnt,
                    num_warps=t.warps, num_stages=t.stages, bias=bias, gpi=t.gpi, maxnreg=t.maxnreg,
-                   programs=t.persist * layer.sms)
+                   programs=t.persist * layer.sms, pdl=pdl)
     return y
 
 
@@ -194,6 +198,7 @@ def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
         t = tile or tile_for(layer, m)  # `tile` overrides the table (benchmark sweeps, tests)
         if layer.i8 and t.kind in W4A16_ONLY:
             raise ValueError(f"paroquant: the {t.kind} kind is W4A16 only (RADIANCE_PQ_I8=1 asks for W4A8)")
-        a, s, rs = paro_rotate.rotate(x, layer.tables, prologue_mode(t.kind, layer.i8))
-        y = gemm_rotated(layer, a, s, rs, x.dtype, t, bias)
+        dep = layer.pdl and launches_dependent(t)
+        a, s, rs = paro_rotate.rotate(x, layer.tables, prologue_mode(t.kind, layer.i8), trigger=dep)
+        y = gemm_rotated(layer, a, s, rs, x.dtype, t, bias, pdl=dep)
     return y

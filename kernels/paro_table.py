@@ -35,6 +35,12 @@ MMA_GL_MAX_M = 16  # W4A16 rows 1..this on sm_80+: the Gluon tensor-core kind (8
 # 4 warps instead of two on 2 (RESULTS paroquant run 22: out, 6 groups per program, -4 to -7 % at
 # M = 1 / 2 / 8; qkv at 10 groups lost 8-11 %, down at 17 tied)
 SHORT_SPLIT_GROUPS = 8
+# 8-token mma_gl tiles launched dependent on their prologue (kernels/pdl.py, sm_90+) up to this
+# split. H200 run 23 (call 3), µs without / with at M = 1 / 8: gate_up (split 2) 36.7 / 39.8 ->
+# 34.8 / 37.8, qkv (split 4) 21.8 / 23.0 -> 21.0 / 22.6; down and out (split 8) lost 4-10 % (25.7 ->
+# 28.4, 14.1 -> 14.7 at M = 1); qkv's 16-token tile (split 2, 3 stages, M = 9..16) lost 12-23 %
+# (call 4: 27.1-27.8 -> 30.5-31.3)
+PDL_MAX_SPLIT = 4
 # its 16-token tile on a stream-K grid takes 165 registers (offline SASS, sm_90): 3 programs of 4 warps per SM
 STREAM_PER_SM_16 = 3
 # Below Ampere Triton 3.6 lowers tl.dot to FMA (no tensor cores; offline SASS for sm_75: the deq /
@@ -184,6 +190,12 @@ def gemv_kind(cap: tuple[int, int]) -> str:
         raise ValueError(f"RADIANCE_PQ_GEMV=mma needs mma.sync m16n8k16 (sm_80+); this GPU is "
                          f"sm_{cap[0]}{cap[1]}: use gluon or leave it unset")
     return {"mma": "mma_gl", "gluon": "gemv_gl", "triton": "gemv"}[raw]
+
+
+def launches_dependent(t: Tile) -> bool:
+    """Whether the tile's GEMM launches dependent on its prologue where the GPU can (kernels/pdl.py):
+    mma_gl's 8-token tiles on a tiles x split grid with a short split (PDL_MAX_SPLIT)."""
+    return t.kind == "mma_gl" and t.bm == 8 and not t.persist and t.split <= PDL_MAX_SPLIT
 
 
 def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8: bool = False) -> Tile:

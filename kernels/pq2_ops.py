@@ -17,6 +17,7 @@ import torch
 import triton
 
 from radiance.kernels import pq2_table as table
+from radiance.kernels.pdl import enabled as pdl_enabled
 from radiance.kernels.triton import interpreting
 from radiance.kernels.triton.pq2_common import ROW_BLOCK, reduce_splits
 from radiance.kernels.triton.pq2_gemv import pq2_gemv_dp4a
@@ -33,11 +34,18 @@ REDUCE_BLOCK = 1024
 
 class _Launch:
     """One kernel at one tile: the first call goes through Triton's launcher (compiles, binds);
-    later calls go straight to the compiled kernel with the same argument order."""
+    later calls go straight to the compiled kernel with the same argument order. pdl: launched
+    dependent on the kernel before it (kernels/pdl.py)."""
 
-    def __init__(self, fn, consts: dict, warps: int, stages: int, maxnreg: int = 0):
+    def __init__(self, fn, consts: dict, warps: int, stages: int, maxnreg: int = 0, pdl: bool = False):
         self.fn, self.consts, self.warps, self.stages = fn, consts, warps, stages
-        self.options = {"maxnreg": maxnreg} if maxnreg else {}
+        # the direct launch passes every constexpr positionally, in order, defaulted ones too (a
+        # missing one fails there as "function takes exactly N arguments"); the interpreter's
+        # functions have no params
+        names = [q.name for q in getattr(fn, "params", ()) if q.is_constexpr]
+        if names and list(consts) != names:
+            raise TypeError(f"{fn.__name__}: launch plan constexprs {list(consts)} must be exactly {names}, in order")
+        self.options = ({"maxnreg": maxnreg} if maxnreg else {}) | ({"launch_pdl": True} if pdl else {})
         self.compiled = None
 
     def __call__(self, grid, *args):
@@ -113,16 +121,18 @@ def _family(device: torch.device) -> str:
     return f"sm_{major}{minor}"
 
 
-def quantize_activations(x2: torch.Tensor, planes: bool, layer: Pq2Layer | None = None):
-    """x [M, K] -> (q int8 [M, K] natural or plane order, a f32 [M, G], t int32 [M, G])."""
+def quantize_activations(x2: torch.Tensor, planes: bool, layer: Pq2Layer | None = None, trigger: bool = False):
+    """x [M, K] -> (q int8 [M, K] natural or plane order, a f32 [M, G], t int32 [M, G]).
+    trigger: the GEMM launched next depends on it programmatically (kernels/pdl.py)."""
     m, k = x2.shape
     q = torch.empty((m, k), dtype=torch.int8, device=x2.device)
     a = torch.empty((m, k // GROUP), dtype=torch.float32, device=x2.device)
     t = torch.empty((m, k // GROUP), dtype=torch.int32, device=x2.device)
-    key = ("quant", planes, x2.dtype, x2.data_ptr() % 16 == 0, x2.stride(0) % 16 == 0)
+    key = ("quant", planes, x2.dtype, x2.data_ptr() % 16 == 0, x2.stride(0) % 16 == 0, trigger)
 
     def make():
-        return _Launch(_quant_groups, {"GB": QUANT_GB, "PLANES": planes, "HW_RINT": not INTERPRET}, 4, 1)
+        return _Launch(_quant_groups, {"GB": QUANT_GB, "PLANES": planes, "HW_RINT": not INTERPRET,
+                                       "TRIGGER": trigger}, 4, 1)
 
     launch = layer.plan(key, make) if layer is not None else make()
     launch(quant_grid(m, k, QUANT_GB), x2, q, a, t, m, k, x2.stride(0))
@@ -151,8 +161,9 @@ def forward(layer: Pq2Layer, x: torch.Tensor, kernel_set: str | None = None,
     if m == 0:
         return y.reshape(*lead, layer.n)
     path, tile = choose(layer, m, x.device, kernel_set, path, tile)
-    q, a, t = quantize_activations(x2, planes=path != "legacy", layer=layer)
-    gemm_quantized(layer, path, tile, q, a, t, y)
+    dep = launches_dependent(path, m, x.device)
+    q, a, t = quantize_activations(x2, planes=path != "legacy", layer=layer, trigger=dep)
+    gemm_quantized(layer, path, tile, q, a, t, y, pdl=dep)
     return y.reshape(*lead, layer.n)
 
 
@@ -168,23 +179,32 @@ def choose(layer: Pq2Layer, m: int, device: torch.device, kernel_set: str | None
     return path, tile
 
 
+def launches_dependent(path: str, m: int, device: torch.device) -> bool:
+    """Whether `path`'s GEMM at M rows launches dependent on the quantizer before it on this device."""
+    return path in table.PDL_PATHS and m <= table.SMALL_MAX_M and device.type == "cuda" \
+        and pdl_enabled(_capability(device))
+
+
 def gemm_quantized(layer: Pq2Layer, path: str, tile: table.Tile, q: torch.Tensor, a: torch.Tensor, t: torch.Tensor,
-                   y: torch.Tensor) -> None:
+                   y: torch.Tensor, pdl: bool = False) -> None:
     """y [M, N] from quantize_activations' outputs (plane order for every path but legacy): the
-    GEMM launch(es) alone (forward's second half; bench/floor.py times it apart)."""
+    GEMM launch(es) alone (forward's second half; bench/floor.py times it apart). pdl: launched
+    dependent on the quantizer just before it (which triggered; launches_dependent)."""
     m = q.shape[0]
+    if pdl and path not in table.PDL_PATHS:
+        raise table.Pq2ConfigError(f"pq2 {path}: only {', '.join(table.PDL_PATHS)} launch dependent on the quantizer")
     if path == "legacy":
         _run_legacy(layer, q, a, y, m, tile)
     elif path == "planes":
         _run_planes(layer, q, a, t, y, m, tile)
     elif path == "gluon":
-        _run_gluon(layer, q, a, t, y, m, tile)
+        _run_gluon(layer, q, a, t, y, m, tile, pdl)
     elif path == "gluon_ring":
         _run_gluon_ring(layer, q, a, t, y, m, tile)
     elif path == "gluon_wgmma":
         _run_gluon_wgmma(layer, q, a, t, y, m, tile)
     elif path == "dp4a":
-        _run_dp4a(layer, q, a, t, y, m, tile)
+        _run_dp4a(layer, q, a, t, y, m, tile, pdl)
     else:
         raise table.Pq2ConfigError(f"unknown pq2 path {path!r}")
 
@@ -216,7 +236,7 @@ def _run_planes(layer, q, a, t, y, m, tile: table.Tile) -> None:
         _reduce(layer, p, y, tile.splits)
 
 
-def _run_gluon(layer, q, a, t, y, m, tile: table.Tile) -> None:
+def _run_gluon(layer, q, a, t, y, m, tile: table.Tile, pdl: bool = False) -> None:
     if y.device.type != "cuda" or torch.cuda.get_device_capability(y.device) < (8, 0):
         raise table.Pq2ConfigError("the gluon pq2 path needs mma.sync int8 (sm_80+); set RADIANCE_PQ2_SMALL=planes or legacy")
     rt = tile.bn // (16 * tile.warps)  # m16 row tiles per warp
@@ -244,9 +264,10 @@ def _run_gluon(layer, q, a, t, y, m, tile: table.Tile) -> None:
     def make():
         w_l, u_l = operand_layouts(tile.bn, tile.warps, tile.bt)
         return _Launch(pq2_mma_gl, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "GU": tile.bc, "RING": ring,
-                                    "W_L": w_l, "U_L": u_l, "STREAM": tile.persist > 0}, tile.warps, 1)
+                                    "W_L": w_l, "U_L": u_l, "STREAM": tile.persist > 0, "PDL": pdl}, tile.warps, 1,
+                       pdl=pdl)
 
-    launch = layer.plan(("gluon", tile, y.dtype), make)
+    launch = layer.plan(("gluon", tile, y.dtype, pdl), make)
     launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, p, tickets,
            m, layer.n, layer.k, groups, gps, splits)
 
@@ -292,16 +313,16 @@ def _run_gluon_wgmma(layer, q, a, t, y, m, tile: table.Tile) -> None:
     launch(grid, q, a, t, layer.qweight32, layer.scales, y, m, layer.n, layer.k, layer.k // GROUP)
 
 
-def _run_dp4a(layer, q, a, t, y, m, tile: table.Tile) -> None:
+def _run_dp4a(layer, q, a, t, y, m, tile: table.Tile, pdl: bool = False) -> None:
     if tile.rr < 1 or tile.bn % tile.rr or (tile.bn // tile.rr) & (tile.bn // tile.rr - 1):
         raise table.Pq2ConfigError(f"dp4a tile {tile}: rr must divide bn into power-of-two sub-tiles")
     p = y if tile.splits == 1 else torch.empty((tile.splits, m, layer.n), dtype=torch.float32, device=y.device)
     groups = layer.k // GROUP
     per = -(-(-(-groups // tile.bc)) // tile.splits) * tile.bc  # groups per split, as the kernel computes it
     even = layer.n % tile.bn == 0 and groups % per == 0 and per % tile.bc == 0 and groups // per == tile.splits
-    launch = layer.plan(("dp4a", tile, y.dtype), lambda: _Launch(
+    launch = layer.plan(("dp4a", tile, y.dtype, pdl), lambda: _Launch(
         pq2_gemv_dp4a, {"BN": tile.bn, "BC": tile.bc, "MR": tile.mr, "RR": tile.rr, "SPLITS": tile.splits, "STAGES": tile.stages,
-                        "ASM": not INTERPRET, "EVEN": even}, tile.warps, 1, tile.maxnreg))
+                        "ASM": not INTERPRET, "EVEN": even, "PDL": pdl}, tile.warps, 1, tile.maxnreg, pdl=pdl))
     grid = (triton.cdiv(layer.n, tile.bn), tile.splits, triton.cdiv(m, tile.mr))
     launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, p, m, layer.n, layer.k, layer.k // 16)
     if tile.splits > 1:

@@ -73,6 +73,12 @@ WGMMA_MIN_M = 65
 # qkv 24.7 / 25.2 / 30.2 / 30.4 vs 24.4 / 25.7 / 43.5 / 44.1, lm_head 207 / 215 / 319 / 330 vs 652 /
 # 653 / 684 / 779; on N = 5120 planes' split-K tiles stay ahead (down 36.8 vs 66.0 at M = 17)
 WGMMA_MIN_N = 8192
+# the paths whose GEMM launches dependent on the quantizer where the GPU can (kernels/pdl.py, sm_90+).
+# H200 run 23 (call 3), µs without / with: dp4a at M = 1 out 7.3 / 6.7, qkv 10.5 / 9.6, down 12.9 /
+# 12.2, gate_up 18.4 / 17.4; gluon at M = 2..8 -3 to -6 % on every shape and grid (split 1 to 8,
+# stream-K): gate_up M = 2 25.3 / 24.5, down M = 8 19.8 / 19.0. Not planes (M = 9..16, with its
+# split-K reduce dependent on it in turn): +14 to +31 % on out, qkv, down, a tie on gate_up (call 6)
+PDL_PATHS = ("dp4a", "gluon")
 
 
 def select_path(kernel_set: str, m: int, env: dict[str, str], capability: tuple[int, int] = (8, 0),

@@ -78,6 +78,8 @@ KNOBS: dict[str, Knob] = {
              "NVIDIA paroquant scratch path: weight rows dequantized per piece (a multiple of 128). Each piece is dequantized on a side stream while the GEMM of the piece before it runs, and the scratch holds two pieces instead of the whole largest weight; `0` = the whole weight at once. A memory knob, not a speed one: on the H200 (2026-11-30) pieces of 2048–8704 rows took 3–9 % longer than the whole weight at M = 2048 (gate_up 1257–1305 vs 1199 µs) and within −4..+27 % at M = 512; with 4096 rows a 27B gate_up's scratch is 84 MB instead of 356 MB."),
         Knob("RADIANCE_PQ_GEMV", None, False,
              "NVIDIA paroquant M = 1 W4A16 kernel (M = 2..16 on sm_80+ run the tensor-core `mma_gl` whatever it says; on sm_75 `gluon` takes up to 8 rows): `mma` (mma.sync with the weights unpacked into its fragments, sm_80+), `gluon` (the CUDA-core GEMV, explicit layouts) or `triton` (the plain Triton GEMV, the one the CPU interpreter runs); unset = `mma` on sm_80+, `gluon` on sm_75, `triton` under `TRITON_INTERPRET=1` (bench/RESULTS.md, paroquant run 14)."),
+        Knob("RADIANCE_PDL", "auto", False,
+             "NVIDIA decode linears: launch the GEMM while its activation pass (pq2 quantizer, paroquant prologue) still runs, waiting for it in the kernel (programmatic dependent launch). `auto` on sm_90+, `on` requires it (an error below sm_90), `off` never. Bit-identical either way; on the H200 −4 to −9 % at pq2 M = 1 and on paroquant's split ≤ 4 tiles; split-8 tiles lose, so they never use it (bench/RESULTS.md run 23)."),
         Knob("RADIANCE_PQ_PG", "0", True,
              "gfx1201: per-group activation scales on the A-tiled prefill band.", "-pg"),
         Knob("RADIANCE_PQ_ZPE", "0", True,

@@ -317,3 +317,34 @@ def test_dispatch_table_row(gen):
         y = ops.linear_forward(prep, x, bias)
         ref = rnd.reference_merged(x, parts, None) + bias.float()
         assert rnd.rel(y, ref) <= 2e-3
+
+
+def test_dependent_launch_bit_identical_back_to_back(gen):
+    # kernels/pdl.py: on sm_90 mma_gl tiles with split <= PDL_MAX_SPLIT launch while the prologue
+    # runs and wait for it in the kernel. Eight calls on eight inputs in one CUDA graph (each
+    # prologue's output lands where the last one was freed: a GEMM that did not wait would read the
+    # previous call's), against the same layer with the dependent launch off, bit for bit
+    from dataclasses import replace
+
+    from radiance.kernels import paro_ops as ops
+
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("programmatic dependent launch needs sm_90+")
+    for sizes, k in (SHAPES["qkv_P3"], SHAPES["odd_n"]):
+        layer = _prepare(_layers(sizes, k, gen), False)
+        off = replace(layer, pdl=False, tiles={})
+        assert layer.pdl
+        for m in (1, 2, 8):
+            assert ops.launches_dependent(ops.tile_for(layer, m)), f"{sizes} M={m}"
+            xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(8)]
+            want = [ops.forward(off, x) for x in xs]
+            for x in xs:
+                ops.forward(layer, x)  # compiled before capture
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                ys = [ops.forward(layer, x) for x in xs]
+            for _ in range(3):
+                g.replay()
+                torch.cuda.synchronize()
+                assert all(torch.equal(y, w) for y, w in zip(ys, want)), f"{sizes} M={m}"

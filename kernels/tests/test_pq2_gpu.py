@@ -197,3 +197,33 @@ def test_skinny_gemm():
             err = ((y.double() - ref).norm() / ref.norm()).item()
             assert err <= 2e-3, f"skinny N={n} K={k} M={m}: rel err {err:.2e}"
             assert torch.equal(y, pq2_ops.skinny_linear(x, w)), "split-K reduction must be deterministic"
+
+
+def test_dependent_launch_bit_identical_back_to_back(monkeypatch):
+    # kernels/pdl.py: on sm_90 dp4a (M = 1) and gluon (M = 2..8) launch while the quantizer runs and
+    # wait for it in the kernel. Eight calls on eight inputs in one CUDA graph (each quantizer
+    # output lands where the last one was freed: a GEMM that did not wait would read the previous
+    # call's), against the same calls with RADIANCE_PDL=off, bit for bit
+    from radiance.kernels import pq2_ops
+
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("programmatic dependent launch needs sm_90+")
+    dev = _cuda()
+    for n, k in [(14336, 5120), (1000, 384)]:
+        layer, _, _ = _layer(n, k, dev)
+        for m in (1, 3, 8):
+            assert pq2_ops.launches_dependent(pq2_ops.choose(layer, m, dev)[0], m, dev), f"M={m}"
+            xs = [torch.randn(m, k, device=dev, dtype=torch.bfloat16) for _ in range(8)]
+            monkeypatch.setenv("RADIANCE_PDL", "off")
+            want = [pq2_ops.forward(layer, x) for x in xs]
+            monkeypatch.delenv("RADIANCE_PDL")
+            for x in xs:
+                pq2_ops.forward(layer, x)  # compiled before capture
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                ys = [pq2_ops.forward(layer, x) for x in xs]
+            for _ in range(3):
+                g.replay()
+                torch.cuda.synchronize()
+                assert all(torch.equal(y, w) for y, w in zip(ys, want)), f"N={n} M={m}"

@@ -171,6 +171,13 @@ def split_tile():
 
 
 @gluon.jit
+def wait_for_producer():
+    # programmatic dependent launch (kernels/pdl.py, sm_90+): block until the kernel before this one
+    # has finished and its writes are visible (a no-op when launched without the attribute)
+    gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
 def program_tile(pb1, pb2, gps, G, BM: gl.constexpr, BN: gl.constexpr):
     # (first row, first column, split index, rotated copy, group range) of this program
     n0 = gl.program_id(1) * BN

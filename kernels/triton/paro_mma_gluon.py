@@ -36,7 +36,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
 from radiance.kernels.triton.paro_gemv_gluon import (program_tile, rotated_copy, split_tile, store_tile, stream_bounds,
-                                                       stream_slot, stream_tile)
+                                                       stream_slot, stream_tile, wait_for_producer)
 
 
 @gluon.jit
@@ -213,7 +213,8 @@ def _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, g0, g1, ring, ring_u,
 @gluon.jit
 def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
                 BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, W_L: gl.constexpr, U_L: gl.constexpr, U2_L: gl.constexpr,
-                RING: gl.constexpr, ALL: gl.constexpr, HAS_BIAS: gl.constexpr, STREAM: gl.constexpr):
+                RING: gl.constexpr, ALL: gl.constexpr, HAS_BIAS: gl.constexpr, STREAM: gl.constexpr,
+                PDL: gl.constexpr = False):
     # A: the F16GF activations as int32 words [P, M, K / 2]; W: the weight words [G, N, 16];
     # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens.
     # RING = 0: the next group's weights load into registers ahead of this group's arithmetic --
@@ -227,6 +228,9 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
     # of all (output tile, group) steps in tile-major order -- parts of one or more tiles; a tile's
     # contributors finish it through the split-K partials in program order (stream-K). Equal tiles
     # x splits leave a wave partly empty (ncu, RESULTS run 21: 544 programs on 396 slots at M = 16).
+    # PDL: launched dependent on the prologue (kernels/pdl.py), which it waits for first.
+    if PDL:
+        wait_for_producer()
     L1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
     if ALL:
         # 16-byte chunks XOR-swizzled by row: a quarter-warp's reads (lanes q = 0..3: words 16q + 4r,
@@ -262,7 +266,7 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
 
 
 def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has_bias: bool, maxnreg: int = 0,
-           stream: bool = False):
+           stream: bool = False, pdl: bool = False):
     """paro_gemm.gemm's launch of the kind `mma_gl` (args: its common argument tuple, the weights
     as int32 words). stages 1: the weights one group ahead in registers; 2: the weights through a
     2-stage cp.async ring; 3+: a ring of that many stages carrying the activations, scales and zero
@@ -270,7 +274,8 @@ def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has
     of another N starts off 16-byte alignment; else the weights only). maxnreg > 0 caps the registers
     per thread (the 16-token tile takes 142 uncapped, 3 programs per SM; capped at 128 it fits 4
     without spills, and measured no faster: RESULTS paroquant run 20). stream: grid is (1, 1,
-    programs) of a stream-K launch (split_finish.stream_programs), not tiles x splits."""
+    programs) of a stream-K launch (split_finish.stream_programs), not tiles x splits. pdl: launched
+    dependent on the kernel before it (kernels/pdl.py; sm_90+)."""
     tiles = bn // (16 * num_warps)  # m16 row tiles per warp
     if bm not in (8, 16) or bn % (16 * num_warps) or tiles & (tiles - 1):
         raise ValueError(f"paroquant mma_gl: bm (tokens) must be 8 or 16 and BN={bn} a power-of-two "
@@ -279,5 +284,6 @@ def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has
     a, *rest = args
     paro_mma_gl[grid](a.view(torch.int32), *rest, BN=bn, BT=bm, WARPS=num_warps, W_L=w_l, U_L=u_l, U2_L=u2_l,
                       RING=num_stages if num_stages > 1 else 0, ALL=num_stages > 2 and args[11] % 16 == 0,
-                      HAS_BIAS=has_bias, STREAM=stream, num_warps=num_warps, **({"maxnreg": maxnreg} if maxnreg else {}))
+                      HAS_BIAS=has_bias, STREAM=stream, PDL=pdl, num_warps=num_warps, launch_pdl=pdl,
+                      **({"maxnreg": maxnreg} if maxnreg else {}))
     return args[6]

@@ -161,9 +161,12 @@ def _group_program(M, BM: tl.constexpr):
 @triton.jit
 def _rotate_kernel(X, PARTNER, COS, SSIN, CS, A, S, RS,
                    M, K, G, stride_xm,
-                   KROT: tl.constexpr, BM: tl.constexpr, OUT_MODE: tl.constexpr, IDENT: tl.constexpr):
+                   KROT: tl.constexpr, BM: tl.constexpr, OUT_MODE: tl.constexpr, IDENT: tl.constexpr,
+                   TRIGGER: tl.constexpr = False):
     # IDENT: rows of the 128x128 identity instead of X -- the rotation applied to it is the group's
     # whole rotation as a matrix (group_matrices)
+    if TRIGGER:  # the GEMM launched after it (programmatic dependent launch, sm_90) may start now
+        tl.extra.cuda.gdc_launch_dependents()
     g, p, rows, cols, rmask = _group_program(M, BM)
     kk = g * 128 + cols
     if IDENT:
@@ -228,7 +231,7 @@ def group_matrices(tables: RotTables, device, mode: int = HILO) -> torch.Tensor:
 
 def rotate(x: torch.Tensor, tables: RotTables, mode: int,
            out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-           bm: int | None = None, warps: int | None = None, dense: bool | None = None):
+           bm: int | None = None, warps: int | None = None, dense: bool | None = None, trigger: bool = False):
     """x [M, K] (bf16/fp16/fp32) -> (A [P, M, K], S [P, M, G] fp32, RS [P, M, G] fp32).
     S is None in ROT32(P) and PLAIN(W) modes, RS in PLAIN(W). bm / warps override the rows per
     program and warps (tile sweeps); dense forces (or refuses) the tensor-core path that
@@ -262,7 +265,7 @@ def rotate(x: torch.Tensor, tables: RotTables, mode: int,
         bm, warps = bm or tbm, warps or twarps
         _rotate_kernel[(g, triton.cdiv(m, bm), parts)](x, tables.partner, tables.cos, tables.ssin, tables.cs, a,
                                                        s, rs, m, k, g, x.stride(0), KROT=tables.krot, BM=bm,
-                                                       OUT_MODE=mode, IDENT=False, num_warps=warps)
+                                                       OUT_MODE=mode, IDENT=False, TRIGGER=trigger, num_warps=warps)
     if mode in (PLAIN, PLAINW):
         return a, None, None
     if mode in (ROT32, ROT32P):

@@ -81,7 +81,7 @@ def _weight_steps(W32, WS, row0, base, gi, j, groups, g1, N, BNI: tl.constexpr, 
 @triton.jit(do_not_specialize=["M"])
 def pq2_gemv_dp4a(Q32, S, T, W32, WS, Y, P, M, N, K, KW32,
                   BN: tl.constexpr, BC: tl.constexpr, MR: tl.constexpr, RR: tl.constexpr, SPLITS: tl.constexpr,
-                  STAGES: tl.constexpr, ASM: tl.constexpr, EVEN: tl.constexpr):
+                  STAGES: tl.constexpr, ASM: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr = False):
     # KW32 = K // 16 (a quarter of an activation row's int32 words), passed as an int for its
     # divisibility by 16; W32: the prepared weights as int32 words (block_row).
     # STAGES is unused (kept for the tile table's shape); EVEN: see the module docstring.
@@ -92,6 +92,9 @@ def pq2_gemv_dp4a(Q32, S, T, W32, WS, Y, P, M, N, K, KW32,
     # activation load serves RR weight words per thread. (A BN-row tile gives every thread a single
     # row -- Triton wraps the extra rows onto other lanes -- and loads four activation words per
     # weight word: ncu on gate_up showed the L1 at 75 % of its throughput, the DRAM at 57 %.)
+    # PDL: launched dependent on the quantizer (kernels/pdl.py), which it waits for first.
+    if PDL:
+        tl.extra.cuda.gdc_wait()
     BNI: tl.constexpr = BN // RR
     groups = K // 128
     row0 = tl.program_id(0) * BN

@@ -28,7 +28,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
 from radiance.kernels.triton.paro_gemv_gluon import (program_tile, split_tile, store_tile, stream_bounds, stream_slot,
-                                                       stream_tile)
+                                                       stream_tile, wait_for_producer)
 from radiance.kernels.triton.pq2_common import block_row, group_acc, group_off
 
 NO_COPIES = gl.constexpr(1 << 30)  # program_tile's rotated-copy bounds: pq2 has one activation copy
@@ -166,7 +166,7 @@ def _tile_acc(Q, S, T, W, WS, M, N, K, G, t0, n0, g0, g1, ring, BN: gl.constexpr
 @gluon.jit(do_not_specialize=["M"])
 def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, G, gps, SPLIT,
                BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, GU: gl.constexpr, RING: gl.constexpr,
-               W_L: gl.constexpr, U_L: gl.constexpr, STREAM: gl.constexpr = False):
+               W_L: gl.constexpr, U_L: gl.constexpr, STREAM: gl.constexpr = False, PDL: gl.constexpr = False):
     # Q: plane-ordered int8 activations as int32 words [M, K / 4]; S / T: their scales and group
     # sums [M, G]; W: the prepared weights as int32 words (block_row); WS: weight scales [N, G].
     # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens, GU groups per loop step.
@@ -174,6 +174,9 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, G, gps, SPLIT,
     # RING - 1 groups ahead. STREAM: a stream-K grid (1, 1, programs) -- program p takes the p-th
     # equal share of all (output tile, group) steps, tile-major; a tile's contributors finish it in
     # program order (paro_mma_gluon's scheme; split_finish.stream_programs sizes it).
+    # PDL: launched dependent on the quantizer (kernels/pdl.py), which it waits for first.
+    if PDL:
+        wait_for_producer()
     if RING > 0:
         ring = gl.allocate_shared_memory(gl.int32, [RING, BN, 8], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
     else:

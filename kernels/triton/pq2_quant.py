@@ -30,8 +30,10 @@ def _rint(y, HW_RINT: tl.constexpr):
 
 @triton.jit(do_not_specialize=["M"])
 def _quant_groups(X, Q, S, T, M, K, stride_xm,
-                  GB: tl.constexpr, PLANES: tl.constexpr, HW_RINT: tl.constexpr):
+                  GB: tl.constexpr, PLANES: tl.constexpr, HW_RINT: tl.constexpr, TRIGGER: tl.constexpr = False):
     # one program: GB groups of one row
+    if TRIGGER:  # the GEMM launched after it (programmatic dependent launch, sm_90) may start now
+        tl.extra.cuda.gdc_launch_dependents()
     m = tl.program_id(1)
     groups = K // 128
     g = tl.program_id(0) * GB + tl.arange(0, GB)

@@ -1,0 +1,30 @@
+"""Programmatic dependent launch (PDL, sm_90+) for the decode linears: the GEMM is launched while
+its activation pass (pq2's quantizer, paroquant's rotation prologue) still runs, and waits for it
+with `griddepcontrol.wait` at its top, so its own launch latency hides behind the pass.
+
+Only the launch: the GEMM does nothing before the wait. Work done there -- the program's weights
+prefetched into L2 per thread or by the TMA unit, or its first step's loads -- was 6-45 % slower on
+the H200 (RESULTS run 23: the prefetches queue ahead of the GEMM's own loads). Arithmetic is
+unchanged, so outputs are bit-identical with and without it. Off below sm_90 (the instructions do
+not exist there). RADIANCE_PDL: `auto` (default) on where the GPU has it, `on` requires it, `off`.
+"""
+
+from __future__ import annotations
+
+import os
+
+KNOB = "RADIANCE_PDL"
+MODES = ("auto", "on", "off")
+
+
+def enabled(capability: tuple[int, int], env=None) -> bool:
+    """Whether the decode linears launch their GEMM dependent on the activation pass on a GPU of
+    this capability (the tables then say which tiles do)."""
+    env = os.environ if env is None else env
+    mode = env.get(KNOB, "") or "auto"
+    if mode not in MODES:
+        raise ValueError(f"{KNOB}={mode!r}: use auto, on or off")
+    if mode == "on" and capability < (9, 0):
+        raise ValueError(f"{KNOB}=on: programmatic dependent launch needs sm_90+, this GPU is "
+                         f"sm_{capability[0]}{capability[1]}; use auto or off")
+    return mode != "off" and capability >= (9, 0)

@@ -1,0 +1,91 @@
+"""Where the decode GEMMs launch dependent on their activation pass (kernels/pdl.py): the knob, the
+capability gate and the tables' rules. The launches themselves are checked on the GPU
+(test_pq2_gpu / test_paro_gpu: bit-identical with and without, back to back in a CUDA graph)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from radiance.kernels import paro_table, pdl, pq2_ops, pq2_table
+from radiance.kernels.paro_table import Tile
+
+
+@pytest.mark.parametrize("mode, cap, expected", [
+    ("", (9, 0), True), ("auto", (9, 0), True), ("auto", (10, 0), True), ("auto", (8, 6), False),
+    ("auto", (7, 5), False), ("on", (9, 0), True), ("off", (9, 0), False), ("off", (8, 6), False),
+])
+def test_enabled_by_mode_and_capability(mode, cap, expected):
+    assert pdl.enabled(cap, {pdl.KNOB: mode} if mode else {}) is expected
+
+
+def test_on_below_sm90_is_an_error_naming_the_knob():
+    with pytest.raises(ValueError, match=r"RADIANCE_PDL=on.*sm_86"):
+        pdl.enabled((8, 6), {pdl.KNOB: "on"})
+
+
+def test_bad_value_is_an_error():
+    with pytest.raises(ValueError, match=r"RADIANCE_PDL='yes': use auto, on or off"):
+        pdl.enabled((9, 0), {pdl.KNOB: "yes"})
+
+
+@pytest.mark.parametrize("tile, expected", [
+    (Tile(bm=8, bn=128, warps=4, stages=4, split=2, kind="mma_gl"), True),  # gate_up at M = 1 on the H200
+    (Tile(bm=8, bn=64, warps=2, stages=4, split=4, kind="mma_gl"), True),  # qkv
+    (Tile(bm=8, bn=64, warps=2, stages=4, split=8, kind="mma_gl"), False),  # down: split 8 lost (run 23)
+    (Tile(bm=16, bn=128, warps=4, stages=3, split=3, kind="mma_gl", persist=3), False),  # stream-K grid
+    (Tile(bm=16, bn=64, warps=2, stages=3, split=2, kind="mma_gl"), False),  # qkv M = 9..16: lost 12-23 %
+    (Tile(bm=1, bn=64, warps=4, stages=1, split=2, kind="gemv_gl"), False),  # only mma_gl waits for its prologue
+])
+def test_paroquant_rule(tile, expected):
+    assert paro_table.launches_dependent(tile) is expected
+
+
+@pytest.mark.parametrize("m, expected", [(1, {"gate_up", "qkv"}), (8, {"gate_up", "qkv"}), (9, set()), (16, set())])
+def test_paroquant_h200_table_rows(m, expected):
+    # the H200 decode table: gate_up and qkv launch dependent at M = 1..8, down and out never
+    shapes = {"gate_up": (34816, 5120), "qkv": (14336, 5120), "down": (5120, 17408), "out": (5120, 6144)}
+    assert {name for name, (n, k) in shapes.items()
+            if paro_table.launches_dependent(paro_table.decode_tile(m, n, k // 128, 132, (9, 0)))} == expected
+
+
+def test_pq2_rule_never_on_cpu():
+    for path in pq2_table.PDL_PATHS:
+        assert not pq2_ops.launches_dependent(path, 1, torch.device("cpu"))
+
+
+def test_pq2_rule_decode_band_only(monkeypatch):
+    # on an sm_90 part: dp4a and gluon in the decode band, not planes (lost), nothing in prefill,
+    # nothing with RADIANCE_PDL=off
+    monkeypatch.setattr(pq2_ops, "_capability", lambda device: (9, 0))
+    cuda = torch.device("cuda")  # only its type is read
+    assert pq2_ops.launches_dependent("dp4a", 1, cuda) and pq2_ops.launches_dependent("gluon", 8, cuda)
+    assert not pq2_ops.launches_dependent("planes", 16, cuda)
+    assert not pq2_ops.launches_dependent("dp4a", 17, cuda)
+    assert not pq2_ops.launches_dependent("gluon_wgmma", 64, cuda)
+    assert not pq2_ops.launches_dependent("legacy", 1, cuda)
+    monkeypatch.setenv("RADIANCE_PDL", "off")
+    assert not pq2_ops.launches_dependent("dp4a", 1, cuda)
+
+
+def test_pq2_other_paths_refuse_a_dependent_launch():
+    layer = pq2_ops.prepare(torch.zeros(128, 32, dtype=torch.uint8), torch.ones(128, 1, dtype=torch.float16))
+    q = torch.zeros(1, 128, dtype=torch.int8)
+    a = torch.ones(1, 1)
+    t = torch.zeros(1, 1, dtype=torch.int32)
+    with pytest.raises(pq2_table.Pq2ConfigError, match="legacy: only dp4a, gluon launch dependent"):
+        pq2_ops.gemm_quantized(layer, "legacy", pq2_table.Tile(bn=64), q, a, t, torch.empty(1, 128), pdl=True)
+
+
+def test_launch_plan_names_every_constexpr_in_order():
+    # the plan's direct launch passes constexprs positionally: a defaulted one left out (PDL,
+    # TRIGGER) or a reordered dict would launch with shifted arguments; refused when the plan is made
+    from types import SimpleNamespace as NS
+
+    fn = NS(__name__="k", params=[NS(name="X", is_constexpr=False), NS(name="BN", is_constexpr=True),
+                                  NS(name="PDL", is_constexpr=True)])
+    pq2_ops._Launch(fn, {"BN": 64, "PDL": False}, 4, 1)
+    with pytest.raises(TypeError, match=r"k: launch plan constexprs \['BN'\] must be exactly \['BN', 'PDL'\]"):
+        pq2_ops._Launch(fn, {"BN": 64}, 4, 1)
+    with pytest.raises(TypeError, match="in order"):
+        pq2_ops._Launch(fn, {"PDL": False, "BN": 64}, 4, 1)
