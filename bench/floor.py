@@ -19,7 +19,6 @@ and format (pq2 2.125 bits, paroquant 4.25 bits), under CUDA graphs with copies 
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
 import json
 import os
@@ -30,7 +29,7 @@ import triton.language as tl
 
 from bench_paro import share_weights  # bench/ (run from the repo root or bench/)
 from bench_pq2 import SHAPES, copies_for, make_layers
-from timing import copy_bandwidth, graph_time
+from timing import graph_time, run_header
 
 from radiance.kernels import paro_ops, pq2_ops
 from radiance.kernels.triton import paro_random as rnd
@@ -134,11 +133,7 @@ def main():
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--run", type=int, default=None, help="the RESULTS run number written into each row")
     args = ap.parse_args()
-    dev = torch.cuda.get_device_properties(0)
-    gpu = f"{dev.name} sm_{dev.major}{dev.minor} {dev.multi_processor_count} SMs"
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    bw = max(copy_bandwidth(), copy_bandwidth())
-    print(f"# {date} {gpu} torch {torch.__version__} copy {bw / 1e9:.0f} GB/s", flush=True)
+    date, gpu, bw = run_header()
     gen = torch.Generator(device="cuda").manual_seed(0)
     jl = open(os.path.join(args.out, "results.jsonl"), "a")
     out = torch.empty(1 << 20, dtype=torch.int32, device="cuda")

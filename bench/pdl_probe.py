@@ -10,7 +10,6 @@ its split-K reduce dependent on it in turn (+14 to +31 %): that variant is not k
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 
@@ -18,7 +17,7 @@ import torch
 
 from floor import paro_case, pq2_case  # bench/ (run from the repo root or bench/)
 from bench_pq2 import SHAPES
-from timing import copy_bandwidth, graph_time
+from timing import graph_time, run_header
 
 from radiance.kernels import paro_ops, pq2_ops, pq2_table
 
@@ -61,11 +60,7 @@ def main():
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--run", type=int, default=None)
     args = ap.parse_args()
-    dev = torch.cuda.get_device_properties(0)
-    gpu = f"{dev.name} sm_{dev.major}{dev.minor} {dev.multi_processor_count} SMs"
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    bw = max(copy_bandwidth(), copy_bandwidth())
-    print(f"# {date} {gpu} torch {torch.__version__} copy {bw / 1e9:.0f} GB/s", flush=True)
+    date, gpu, bw = run_header()
     # every mma_gl tile measured; the table's own rule comes from these rows
     paro_ops.launches_dependent = lambda t: t.kind == "mma_gl" and not t.persist
     gen = torch.Generator(device="cuda").manual_seed(0)

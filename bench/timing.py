@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import statistics
 
 import torch
@@ -48,3 +49,14 @@ def copy_bandwidth() -> float:
     b = torch.empty_like(a)
     us = min(graph_time([lambda: b.copy_(a)] * 4, iters=10) for _ in range(3))
     return 2 * (1 << 30) / (us * 1e-6)
+
+
+def run_header() -> tuple[str, str, float]:
+    """(date, GPU, copy bandwidth) of one benchmark call, printed as its first line; rows carry the
+    first two, rooflines come from the third (the better of two copies)."""
+    dev = torch.cuda.get_device_properties(0)
+    gpu = f"{dev.name} sm_{dev.major}{dev.minor} {dev.multi_processor_count} SMs"
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    bw = max(copy_bandwidth(), copy_bandwidth())
+    print(f"# {date} {gpu} torch {torch.__version__} copy {bw / 1e9:.0f} GB/s", flush=True)
+    return date, gpu, bw

@@ -327,6 +327,7 @@ def test_dependent_launch_bit_identical_back_to_back(gen):
     from dataclasses import replace
 
     from radiance.kernels import paro_ops as ops
+    from radiance.testing.graphs import assert_back_to_back
 
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("programmatic dependent launch needs sm_90+")
@@ -338,13 +339,4 @@ def test_dependent_launch_bit_identical_back_to_back(gen):
             assert ops.launches_dependent(ops.tile_for(layer, m)), f"{sizes} M={m}"
             xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(8)]
             want = [ops.forward(off, x) for x in xs]
-            for x in xs:
-                ops.forward(layer, x)  # compiled before capture
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                ys = [ops.forward(layer, x) for x in xs]
-            for _ in range(3):
-                g.replay()
-                torch.cuda.synchronize()
-                assert all(torch.equal(y, w) for y, w in zip(ys, want)), f"{sizes} M={m}"
+            assert_back_to_back([lambda x=x: ops.forward(layer, x) for x in xs], want, f"{sizes} M={m}")

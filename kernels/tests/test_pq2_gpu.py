@@ -205,6 +205,7 @@ def test_dependent_launch_bit_identical_back_to_back(monkeypatch):
     # output lands where the last one was freed: a GEMM that did not wait would read the previous
     # call's), against the same calls with RADIANCE_PDL=off, bit for bit
     from radiance.kernels import pq2_ops
+    from radiance.testing.graphs import assert_back_to_back
 
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("programmatic dependent launch needs sm_90+")
@@ -217,13 +218,4 @@ def test_dependent_launch_bit_identical_back_to_back(monkeypatch):
             monkeypatch.setenv("RADIANCE_PDL", "off")
             want = [pq2_ops.forward(layer, x) for x in xs]
             monkeypatch.delenv("RADIANCE_PDL")
-            for x in xs:
-                pq2_ops.forward(layer, x)  # compiled before capture
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                ys = [pq2_ops.forward(layer, x) for x in xs]
-            for _ in range(3):
-                g.replay()
-                torch.cuda.synchronize()
-                assert all(torch.equal(y, w) for y, w in zip(ys, want)), f"N={n} M={m}"
+            assert_back_to_back([lambda x=x: pq2_ops.forward(layer, x) for x in xs], want, f"N={n} M={m}")
