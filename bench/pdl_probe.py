@@ -1,8 +1,9 @@
 """Programmatic dependent launch at decode (kernels/pdl.py): each decode GEMM that can take it,
 timed with and without, paired in one call (one graph per variant, alternated ABAB), with the
 tables' rules lifted so every tile is measured (pq2: dp4a at M = 1, gluon at M = 2..8; paroquant:
-mma_gl at every split and token tile). Run 23's call 6 timed pq2's planes at M = 9..16 this way too,
-its split-K reduce dependent on it in turn (+14 to +31 %): that variant is not kept. Each pair's outputs, replayed in a CUDA graph, must be bit-identical.
+mma_gl at every split and token tile). Run 23 also timed, and did not keep, pq2's planes at
+M = 9..16 with its split-K reduce dependent on it in turn (call 6: +14 to +31 %) and paroquant's
+prologue triggering at each program's end instead of its start (call 9: −3 to +2 %). Each pair's outputs, replayed in a CUDA graph, must be bit-identical.
 
     python bench/pdl_probe.py --out DIR [--shapes out,qkv,down,gate_up] [--ms 1,2,4,8]
 """
@@ -59,6 +60,7 @@ def main():
     ap.add_argument("--ms", default="1,2,4,8")
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--run", type=int, default=None)
+    ap.add_argument("--methods", default="pq2,paroquant")
     args = ap.parse_args()
     date, gpu, bw = run_header()
     # every mma_gl tile measured; the table's own rule comes from these rows
@@ -68,6 +70,8 @@ def main():
     for name in args.shapes.split(","):
         n, k = SHAPES[name]
         for method, case in (("pq2", lambda: pq2_case(n, k)), ("paroquant", lambda: paro_case(n, k, gen))):
+            if method not in args.methods.split(","):
+                continue
             nbytes, layers, _, ours, _ = case()
             roof = nbytes / bw * 1e6
             for m in map(int, args.ms.split(",")):
