@@ -38,8 +38,8 @@ SHORT_SPLIT_GROUPS = 8
 # 8-token mma_gl tiles launched dependent on their prologue (kernels/pdl.py, sm_90+) up to this
 # split. H200 run 23 (call 3), µs without / with at M = 1 / 8: gate_up (split 2) 36.7 / 39.8 ->
 # 34.8 / 37.8, qkv (split 4) 21.8 / 23.0 -> 21.0 / 22.6; down and out (split 8) lost 4-10 % (25.7 ->
-# 28.4, 14.1 -> 14.7 at M = 1); qkv's 16-token tile (split 2, 3 stages, M = 9..16) lost 12-23 %
-# (call 4: 27.1-27.8 -> 30.5-31.3)
+# 28.4, 14.1 -> 14.7 at M = 1); qkv's 16-token tile (split 2, 3 stages, M = 9..16) lost 20 % (call 6:
+# 25.4 / 26.3 -> 30.6 / 31.6 at M = 12 / 16)
 PDL_MAX_SPLIT = 4
 # its 16-token tile on a stream-K grid takes 165 registers (offline SASS, sm_90): 3 programs of 4 warps per SM
 STREAM_PER_SM_16 = 3

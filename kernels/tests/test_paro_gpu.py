@@ -320,7 +320,7 @@ def test_dispatch_table_row(gen):
 
 
 def test_dependent_launch_bit_identical_back_to_back(gen):
-    # kernels/pdl.py: on sm_90 mma_gl tiles with split <= PDL_MAX_SPLIT launch while the prologue
+    # kernels/pdl.py: on sm_90 8-token mma_gl tiles with split <= PDL_MAX_SPLIT launch while the prologue
     # runs and wait for it in the kernel. Eight calls on eight inputs in one CUDA graph (each
     # prologue's output lands where the last one was freed: a GEMM that did not wait would read the
     # previous call's), against the same layer with the dependent launch off, bit for bit
