@@ -11,7 +11,6 @@ rotated among copies larger than L2. Rows are appended to $OUT/results.jsonl as 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
@@ -22,7 +21,7 @@ from dataclasses import replace
 import torch
 
 from baselines import gemlite_layer  # bench/ (run from the repo root or bench/)
-from timing import copy_bandwidth, graph_time
+from timing import graph_time, run_header
 
 from radiance.kernels import pq2_ops
 from radiance.kernels.formats.pq2 import pack_ternary
@@ -69,9 +68,6 @@ def main():
     args = ap.parse_args()
     t_start = time.time()
     torch.manual_seed(int(time.time()))
-    dev = torch.cuda.get_device_properties(0)
-    gpu = f"{dev.name} sm_{dev.major}{dev.minor} {dev.multi_processor_count} SMs"
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     jl = open(os.path.join(args.out, "results.jsonl"), "a")
     warm = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     t0 = time.time()
@@ -79,8 +75,7 @@ def main():
         warm @ warm
     torch.cuda.synchronize()
     del warm
-    bw = max(copy_bandwidth(), copy_bandwidth())
-    print(f"# {date} {gpu} torch {torch.__version__} copy {bw / 1e9:.0f} GB/s", flush=True)
+    date, gpu, bw = run_header()
     ms = [int(v) for v in args.ms.split(",")]
     swept = set(args.sweep_only.split(",")) if args.sweep_only else {"dp4a", "planes", "gluon", "gluon_ring", "gluon_wgmma"} if args.sweep else set()
     gl_ok = not args.no_gemlite
