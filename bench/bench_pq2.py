@@ -77,7 +77,7 @@ def main():
     del warm
     date, gpu, bw = run_header()
     ms = [int(v) for v in args.ms.split(",")]
-    swept = set(args.sweep_only.split(",")) if args.sweep_only else {"dp4a", "planes", "gluon", "gluon_ring", "gluon_wgmma"} if args.sweep else set()
+    swept = set(args.sweep_only.split(",")) if args.sweep_only else {"dp4a", "planes", "gluon", "gluon_ring", "gluon_wgmma", "gluon_ws"} if args.sweep else set()
     gl_ok = not args.no_gemlite
     if gl_ok:
         try:
@@ -178,7 +178,7 @@ def variants(m, n, k, swept: set, legacy=True):
     for t in (cands if "planes" in swept else [None]):
         yield "planes", t
     if b == "prefill":
-        for path in ("gluon_ring", "gluon_wgmma"):
+        for path in ("gluon_ring", "gluon_wgmma", "gluon_ws"):
             for t in (CANDIDATES[path] if path in swept else [None]):
                 yield path, t
     if b == "small":

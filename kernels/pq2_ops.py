@@ -203,6 +203,8 @@ def gemm_quantized(layer: Pq2Layer, path: str, tile: table.Tile, q: torch.Tensor
         _run_gluon_ring(layer, q, a, t, y, m, tile)
     elif path == "gluon_wgmma":
         _run_gluon_wgmma(layer, q, a, t, y, m, tile)
+    elif path == "gluon_ws":
+        _run_gluon_ws(layer, q, a, t, y, m, tile)
     elif path == "dp4a":
         _run_dp4a(layer, q, a, t, y, m, tile, pdl)
     else:
@@ -311,6 +313,33 @@ def _run_gluon_wgmma(layer, q, a, t, y, m, tile: table.Tile) -> None:
     launch = layer.plan(("gluon_wgmma", tile, y.dtype), make)
     grid = (triton.cdiv(m, tile.bt), triton.cdiv(layer.n, tile.bn))
     launch(grid, q, a, t, layer.qweight32, layer.scales, y, m, layer.n, layer.k, layer.k // GROUP)
+
+
+def _run_gluon_ws(layer, q, a, t, y, m, tile: table.Tile) -> None:
+    if y.device.type != "cuda" or torch.cuda.get_device_capability(y.device)[0] != 9:
+        raise table.Pq2ConfigError("the gluon_ws pq2 path needs wgmma and TMA (sm_90); set RADIANCE_PQ2_PREFILL=planes or gluon_ring")
+    if tile.warps != 4 or tile.bn not in (64, 128) or tile.bt not in (32, 64, 128) \
+            or tile.splits != 1 or tile.stages < 2:
+        raise table.Pq2ConfigError(f"gluon_ws tile {tile}: 4 warps (one warpgroup), bn 64 or 128 (within one weight "
+                                   "block), bt 32, 64 or 128, stages >= 2, no split-K")
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from radiance.kernels.triton.pq2_gluon_wgmma import wgmma_layouts
+    from radiance.kernels.triton.pq2_gluon_ws import pq2_ws
+
+    def make():  # the weights' descriptor once per layer and tile; the activations' per call
+        w_desc = TensorDescriptor.from_tensor(layer.qweight32.view(-1, 8), [tile.bn, 8],
+                                              gl.NVMMASharedLayout.get_default_for([tile.bn, 8], gl.int32))
+        consts = {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "RING": tile.stages, "OVERLAP": tile.overlap,
+                  "W_L": wgmma_layouts(tile.bn, tile.warps, tile.bt)[0], "LOADER_REGS": 40}
+        return _Launch(pq2_ws, consts, tile.warps, 1, tile.maxnreg), w_desc
+
+    launch, w_desc = layer.plan(("gluon_ws", tile, y.dtype), make)
+    # one 128-byte row per token and group, swizzled as the wgmma's B operand reads it
+    q_desc = TensorDescriptor.from_tensor(q, [tile.bt, 128], gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2))
+    grid = (triton.cdiv(m, tile.bt), triton.cdiv(layer.n, tile.bn))
+    launch(grid, q_desc, w_desc, a, t, layer.scales, y, m, layer.n, layer.k // GROUP)
 
 
 def _run_dp4a(layer, q, a, t, y, m, tile: table.Tile, pdl: bool = False) -> None:

@@ -8,8 +8,9 @@ Kernel sets (RADIANCE_PQ2_KERNELS):
 - exact: only paths bit-identical to legacy: the masked-plane tensor-core kernel without split-K
   for M >= 2, legacy at M = 1 (the DP4A GEMV sums its groups in another order);
 - tuned: the fastest: DP4A GEMV at M = 1, the Gluon mma.sync kernel at M = 2..GLUON_MAX_M, the
-  masked-plane kernel above (on sm_90 the Gluon async-wgmma kernel above WGMMA_MIN_M, and from
-  M = 17 on layers at least WGMMA_MIN_N wide; bit-identical to legacy, so `exact` takes it too),
+  masked-plane kernel above (on sm_90 the Gluon async-wgmma kernels: the warp-specialized one at
+  M = 17..64 on layers at least WGMMA_MIN_N wide and at M = 65..WS_MAX_M on narrower ones, the
+  other above; both bit-identical to legacy, so `exact` takes them too),
   split-K where the grid is small, the skinny split-K GEMM.
 A per-path switch (RADIANCE_PQ2_M1 / _SMALL / _PREFILL, RADIANCE_SKINNY_GEMM) overrides the set
 for its band, for paired before/after runs.
@@ -27,7 +28,7 @@ SMALL_MAX_M = 16
 SWITCHES = {
     "m1": ("RADIANCE_PQ2_M1", ("dp4a", "legacy")),
     "small": ("RADIANCE_PQ2_SMALL", ("planes", "gluon", "dp4a", "legacy")),
-    "prefill": ("RADIANCE_PQ2_PREFILL", ("planes", "gluon_ring", "gluon_wgmma", "legacy")),
+    "prefill": ("RADIANCE_PQ2_PREFILL", ("planes", "gluon_ring", "gluon_wgmma", "gluon_ws", "legacy")),
 }
 SET_PATHS = {
     "tuned": {"m1": "dp4a", "small": "planes", "prefill": "planes"},
@@ -52,8 +53,8 @@ def check_set(kernel_set: str) -> str:
     return kernel_set
 
 
-TENSOR_CORE_PATHS = ("legacy", "planes", "gluon", "gluon_ring", "gluon_wgmma")  # int8 MMA: sm_80+ (Triton has no int8 dot on sm_75)
-WGMMA_PATHS = ("gluon_wgmma",)  # sm_90 only
+TENSOR_CORE_PATHS = ("legacy", "planes", "gluon", "gluon_ring", "gluon_wgmma", "gluon_ws")  # int8 MMA: sm_80+ (Triton has no int8 dot on sm_75)
+WGMMA_PATHS = ("gluon_wgmma", "gluon_ws")  # sm_90 only
 
 
 # the tuned set's small band below this many rows runs `gluon` (mma.sync with the weight words
@@ -73,6 +74,14 @@ WGMMA_MIN_M = 65
 # qkv 24.7 / 25.2 / 30.2 / 30.4 vs 24.4 / 25.7 / 43.5 / 44.1, lm_head 207 / 215 / 319 / 330 vs 652 /
 # 653 / 684 / 779; on N = 5120 planes' split-K tiles stay ahead (down 36.8 vs 66.0 at M = 17)
 WGMMA_MIN_N = 8192
+# the warp-specialized wgmma kernel (`gluon_ws`: a loader warp feeds TMA stages, the warpgroup only
+# waits, unpacks, multiplies and folds) takes those wide layers' M = 17..64 and the narrow layers'
+# M = 65..WS_MAX_M. H200 run 24 (two calls, µs, gluon_ws / the path it replaced): gate_up M = 17 / 64
+# 38.2 / 60.3 vs 42.2 / 65.8, qkv 18.9 / 28.0 vs 25.1 / 30.9, lm_head 179.8 / 321.7 vs 204.7 / 319.8;
+# down M = 512 201.8-202.7 vs 241.5-262.8, out 81.6-87.2 vs 88.0-89.4. It loses at M = 2048 on every
+# shape (gate_up 1353 vs 1266, down 768 vs 691) and above M = 64 on the wide ones (lm_head M = 512
+# 2402 vs 2262); on N = 5120 at M <= 64 planes' split-K tiles keep down (36.9 vs 42.0 at M = 17)
+WS_MAX_M = 512
 # the paths whose GEMM launches dependent on the quantizer where the GPU can (kernels/pdl.py, sm_90+).
 # H200 run 23 (call 3), µs without / with: dp4a at M = 1 out 7.3 / 6.7, qkv 10.5 / 9.6, down 12.9 /
 # 12.2, gate_up 18.4 / 17.4; gluon at M = 2..8 -3 to -6 % on every shape and grid (split 1 to 8,
@@ -96,9 +105,12 @@ def select_path(kernel_set: str, m: int, env: dict[str, str], capability: tuple[
         path = raw
     elif kernel_set == "tuned" and b == "small" and m <= GLUON_MAX_M:
         path = "gluon"
-    elif kernel_set in ("tuned", "exact") and b == "prefill" and (m >= WGMMA_MIN_M or n >= WGMMA_MIN_N) \
-            and capability[0] == 9:
-        path = "gluon_wgmma"
+    elif kernel_set in ("tuned", "exact") and b == "prefill" and capability[0] == 9:
+        wide = n >= WGMMA_MIN_N
+        if (wide and m < WGMMA_MIN_M) or (not wide and WGMMA_MIN_M <= m <= WS_MAX_M):
+            path = "gluon_ws"
+        elif wide or m >= WGMMA_MIN_M:
+            path = "gluon_wgmma"
     if capability < (8, 0):
         if raw in TENSOR_CORE_PATHS:
             raise Pq2ConfigError(f"{name}={raw}: int8 tensor-core kernels need sm_80+, this GPU is "
@@ -248,6 +260,13 @@ CANDIDATES: dict[str, list[Tile]] = {
                     ((64, 4, 64), (128, 4, 64), (128, 8, 128), (256, 8, 64)) for st in (4, 6, 8) for ov in (True, False)]
     # narrow token tiles for M = 17..64 (run 18)
     + [Tile(bn=bn, bt=32, warps=4, stages=4, overlap=False) for bn in (64, 128)],
+    # the warp-specialized wgmma kernel (pq2_gluon_ws, sm_90, M > 16): bn rows of one 128-row weight
+    # block, bt tokens, `stages` ring stages fed by one loader warp; maxnreg caps the registers per
+    # thread before the partitions re-split them (80: 3 programs per SM, 128: 2). Run 24: folding group
+    # g - 1 during group g's wgmma (overlap) never won (64 x 64: 1492 vs 1429 µs on gate_up M = 2048)
+    "gluon_ws": [Tile(bn=bn, bt=bt, warps=4, stages=4, maxnreg=r, overlap=ov) for bn, bt, r, ov in
+                 ((128, 64, 128, False), (64, 64, 80, False), (128, 32, 128, False), (64, 32, 80, False),
+                  (64, 64, 128, True), (128, 32, 128, True), (128, 64, 128, True), (64, 32, 128, True))],
     "gluon": [Tile(bn=bn, bt=bt, bc=gu, warps=w, splits=s, stages=st) for bt in (8, 16)
               for bn, w in ((64, 4), (128, 4), (256, 4), (256, 8)) for s in (1, 2, 4, 8)
               for gu, st in ((1, 1), (2, 1), (1, 4), (1, 8))]
@@ -289,6 +308,8 @@ def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family:
         elif path == "gluon_wgmma":  # run 16: 128 x 64 at M >= 512 on gate_up, down, qkv, out; 64 x 64 at
             # M = 64; run 18: 64 x 32 at M <= 32 (gate_up M = 17 42.4 vs 69.9 µs, lm_head 207 vs 320)
             t = Tile(bn=128 if m > 64 else 64, bt=32 if m <= 32 else 64, warps=4, stages=4, overlap=False)
+        elif path == "gluon_ws":  # run 24: 64 rows x 32 tokens up to M = 32, x 64 above, at 3 programs per SM
+            t = Tile(bn=64, bt=32 if m <= 32 else 64, warps=4, stages=4, maxnreg=80, overlap=False)
         elif path == "legacy":
             t = Tile(bn=64, bt=16 if m <= 16 else 64, warps=4, stages=1)
         else:

@@ -50,8 +50,10 @@ KNOBS: dict[str, Knob] = {
         Knob("RADIANCE_PQ2_PREFILL", None, False,
              "pq2 path at M > 16 on NVIDIA, overriding the kernel set: `planes` (masked-plane int8 tl.dot kernel; "
              "the sets' choice off sm_90, and on sm_90 up to M = 64 on layers narrower than 8192 outputs), "
-             "`gluon_wgmma` (async int8 wgmma in Gluon, weights unpacked into its register operand; sm_90 only; "
-             "the `tuned` and `exact` sets' choice there above M = 64, and from M = 17 on layers with N ≥ 8192), "
+             "`gluon_ws` (warp-specialized async int8 wgmma in Gluon: a loader warp feeds TMA stages; sm_90 only; "
+             "the `tuned` and `exact` sets' choice there at M = 17..64 on layers with N ≥ 8192 and at M = 65..512 "
+             "on narrower ones), `gluon_wgmma` (async int8 wgmma in Gluon, weights unpacked into its register "
+             "operand; sm_90 only; the sets' choice there elsewhere above M = 64), "
              "`gluon_ring` (int8 mma.sync in Gluon, activations through a shared-memory ring; sm_80+) "
              "or `legacy`."),
         Knob("RADIANCE_SKINNY_GEMM", None, False,

@@ -49,7 +49,7 @@ def _paths(m):
 
 
 def _wgmma():
-    return ["gluon_wgmma"] if torch.cuda.get_device_capability()[0] == 9 else []
+    return ["gluon_wgmma", "gluon_ws"] if torch.cuda.get_device_capability()[0] == 9 else []
 
 
 def _run(layer, x, **kw):

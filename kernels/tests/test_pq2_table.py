@@ -53,21 +53,29 @@ def test_gluon_band_is_the_tuned_sets_only():
 
 def test_wgmma_prefill_on_sm90_only():
     assert table.select_path("tuned", 2048, {}, (9, 0)) == ("gluon_wgmma", True)
-    assert table.select_path("exact", 65, {}, (9, 0)) == ("gluon_wgmma", False)  # bit-identical to legacy
+    assert table.select_path("tuned", 2048, {}, (9, 0), n=34816) == ("gluon_wgmma", True)
     assert table.select_path("tuned", 64, {}, (9, 0))[0] == "planes"
-    # M = 17..64: wgmma on the wide layers only (run 18), 32-token tiles up to M = 32
-    assert table.select_path("tuned", 17, {}, (9, 0), n=34816)[0] == "gluon_wgmma"
-    assert table.select_path("exact", 64, {}, (9, 0), n=table.WGMMA_MIN_N) == ("gluon_wgmma", False)
+    # the warp-specialized kernel (run 24): M = 17..64 of the wide layers, M = 65..512 of the narrow ones
+    assert table.select_path("tuned", 17, {}, (9, 0), n=34816)[0] == "gluon_ws"
+    assert table.select_path("exact", 64, {}, (9, 0), n=table.WGMMA_MIN_N) == ("gluon_ws", False)  # bit-identical
+    assert table.select_path("tuned", 65, {}, (9, 0), n=34816)[0] == "gluon_wgmma"
+    assert table.select_path("exact", 65, {}, (9, 0), n=5120) == ("gluon_ws", False)
+    assert table.select_path("tuned", table.WS_MAX_M, {}, (9, 0), n=5120)[0] == "gluon_ws"
+    assert table.select_path("tuned", table.WS_MAX_M + 1, {}, (9, 0), n=5120)[0] == "gluon_wgmma"
     assert table.select_path("tuned", 64, {}, (9, 0), n=5120)[0] == "planes"
     assert table.select_path("tuned", 16, {}, (9, 0), n=34816)[0] == "planes"  # the small band is another table
     assert table.select_path("tuned", 17, {}, (8, 6), n=34816)[0] == "planes"
     assert table.tile_for("gluon_wgmma", 34816, 5120, 32, 132, True, "sm_90").bt == 32
     assert table.tile_for("gluon_wgmma", 34816, 5120, 33, 132, True, "sm_90").bt == 64
+    assert table.tile_for("gluon_ws", 34816, 5120, 32, 132, True, "sm_90") == \
+        table.Tile(bn=64, bt=32, warps=4, stages=4, maxnreg=80, overlap=False)
+    assert table.tile_for("gluon_ws", 5120, 17408, 512, 132, True, "sm_90").bt == 64
     assert table.select_path("legacy", 2048, {}, (9, 0))[0] == "legacy"
     assert table.select_path("tuned", 2048, {}, (8, 6))[0] == "planes"
     assert table.select_path("tuned", 2048, {"RADIANCE_PQ2_PREFILL": "gluon_ring"}, (8, 6))[0] == "gluon_ring"
-    with pytest.raises(table.Pq2ConfigError, match="RADIANCE_PQ2_PREFILL=gluon_wgmma: wgmma is sm_90 only"):
-        table.select_path("tuned", 2048, {"RADIANCE_PQ2_PREFILL": "gluon_wgmma"}, (8, 6))
+    for path in table.WGMMA_PATHS:
+        with pytest.raises(table.Pq2ConfigError, match=f"RADIANCE_PQ2_PREFILL={path}: wgmma is sm_90 only"):
+            table.select_path("tuned", 2048, {"RADIANCE_PQ2_PREFILL": path}, (8, 6))
     assert table.tile_for("gluon_wgmma", 34816, 5120, 2048, 132, True, "sm_90") == \
         table.Tile(bn=128, bt=64, warps=4, stages=4, overlap=False)
 
