@@ -70,6 +70,8 @@ def test_wgmma_prefill_on_sm90_only():
     assert table.tile_for("gluon_ws", 34816, 5120, 32, 132, True, "sm_90") == \
         table.Tile(bn=64, bt=32, warps=4, stages=4, maxnreg=80, overlap=False)
     assert table.tile_for("gluon_ws", 5120, 17408, 512, 132, True, "sm_90").bt == 64
+    assert table.tile_for("gluon_ws", 5120, 6144, 512, 132, True, "sm_90").bn == 128  # out's own entry
+    assert table.tile_for("gluon_ws", 5120, 6144, 512, 132, True, "sm_86").bn == 64  # the heuristic elsewhere
     assert table.select_path("legacy", 2048, {}, (9, 0))[0] == "legacy"
     assert table.select_path("tuned", 2048, {}, (8, 6))[0] == "planes"
     assert table.select_path("tuned", 2048, {"RADIANCE_PQ2_PREFILL": "gluon_ring"}, (8, 6))[0] == "gluon_ring"
