@@ -17,8 +17,9 @@ import torch
 import triton
 
 from radiance.kernels import pq2_table as table
+from radiance.kernels.launch import INTERPRET, Launch
 from radiance.kernels.pdl import enabled as pdl_enabled
-from radiance.kernels.triton import interpreting
+from radiance.kernels.pq2_prefill import run_gluon_ring, run_gluon_wgmma, run_gluon_ws
 from radiance.kernels.triton.pq2_common import ROW_BLOCK, reduce_splits
 from radiance.kernels.triton.pq2_gemv import pq2_gemv_dp4a
 from radiance.kernels.triton.pq2_legacy import pq2_legacy_gemm
@@ -27,34 +28,8 @@ from radiance.kernels.triton.pq2_quant import GROUP, _quant_groups, quant_grid
 from radiance.kernels.triton.pq2_skinny import skinny_splitk_gemm
 from radiance.kernels.triton.split_finish import stream_programs
 
-INTERPRET = interpreting()  # CPU interpreter: no PTX, no libdevice
 QUANT_GB = 4  # groups per quantization program
 REDUCE_BLOCK = 1024
-
-
-class _Launch:
-    """One kernel at one tile: the first call goes through Triton's launcher (compiles, binds);
-    later calls go straight to the compiled kernel with the same argument order. pdl: launched
-    dependent on the kernel before it (kernels/pdl.py)."""
-
-    def __init__(self, fn, consts: dict, warps: int, stages: int, maxnreg: int = 0, pdl: bool = False):
-        self.fn, self.consts, self.warps, self.stages = fn, consts, warps, stages
-        # the direct launch passes every constexpr positionally, in order, defaulted ones too (a
-        # missing one fails there as "function takes exactly N arguments"); the interpreter's
-        # functions have no params
-        names = [q.name for q in getattr(fn, "params", ()) if q.is_constexpr]
-        if names and list(consts) != names:
-            raise TypeError(f"{fn.__name__}: launch plan constexprs {list(consts)} must be exactly {names}, in order")
-        self.options = ({"maxnreg": maxnreg} if maxnreg else {}) | ({"launch_pdl": True} if pdl else {})
-        self.compiled = None
-
-    def __call__(self, grid, *args):
-        if self.compiled is None or INTERPRET:
-            self.compiled = self.fn[grid](*args, **self.consts, num_warps=self.warps, num_stages=self.stages,
-                                          **self.options)
-        else:
-            # the compiled launcher takes exactly three grid dims and every argument, constexprs too
-            self.compiled[tuple(grid) + (1,) * (3 - len(grid))](*args, *self.consts.values())
 
 
 @dataclass
@@ -71,7 +46,7 @@ class Pq2Layer:
     def qweight32(self) -> torch.Tensor:  # the same bytes as int32 words
         return self.qweight.view(torch.int32)
 
-    def plan(self, key, make) -> _Launch:
+    def plan(self, key, make) -> Launch:
         p = self.plans.get(key)
         if p is None:
             p = self.plans[key] = make()
@@ -131,7 +106,7 @@ def quantize_activations(x2: torch.Tensor, planes: bool, layer: Pq2Layer | None 
     key = ("quant", planes, x2.dtype, x2.data_ptr() % 16 == 0, x2.stride(0) % 16 == 0, trigger)
 
     def make():
-        return _Launch(_quant_groups, {"GB": QUANT_GB, "PLANES": planes, "HW_RINT": not INTERPRET,
+        return Launch(_quant_groups, {"GB": QUANT_GB, "PLANES": planes, "HW_RINT": not INTERPRET,
                                        "TRIGGER": trigger}, 4, 1)
 
     launch = layer.plan(key, make) if layer is not None else make()
@@ -200,11 +175,11 @@ def gemm_quantized(layer: Pq2Layer, path: str, tile: table.Tile, q: torch.Tensor
     elif path == "gluon":
         _run_gluon(layer, q, a, t, y, m, tile, pdl)
     elif path == "gluon_ring":
-        _run_gluon_ring(layer, q, a, t, y, m, tile)
+        run_gluon_ring(layer, q, a, t, y, m, tile)
     elif path == "gluon_wgmma":
-        _run_gluon_wgmma(layer, q, a, t, y, m, tile)
+        run_gluon_wgmma(layer, q, a, t, y, m, tile)
     elif path == "gluon_ws":
-        _run_gluon_ws(layer, q, a, t, y, m, tile)
+        run_gluon_ws(layer, q, a, t, y, m, tile)
     elif path == "dp4a":
         _run_dp4a(layer, q, a, t, y, m, tile, pdl)
     else:
@@ -214,13 +189,13 @@ def gemm_quantized(layer: Pq2Layer, path: str, tile: table.Tile, q: torch.Tensor
 def _reduce(layer: Pq2Layer, p: torch.Tensor, y: torch.Tensor, splits: int) -> None:
     mn = y.numel()
     launch = layer.plan(("reduce", splits, y.dtype),
-                        lambda: _Launch(reduce_splits, {"SPLITS": splits, "BLOCK": REDUCE_BLOCK}, 4, 1))
+                        lambda: Launch(reduce_splits, {"SPLITS": splits, "BLOCK": REDUCE_BLOCK}, 4, 1))
     launch((triton.cdiv(mn, REDUCE_BLOCK),), p, y, mn)
 
 
 def _run_legacy(layer, q, a, y, m, tile: table.Tile) -> None:
     launch = layer.plan(("legacy", tile, y.dtype),
-                        lambda: _Launch(pq2_legacy_gemm, {"BM": tile.bt, "BN": tile.bn}, tile.warps, tile.stages,
+                        lambda: Launch(pq2_legacy_gemm, {"BM": tile.bt, "BN": tile.bn}, tile.warps, tile.stages,
                                         tile.maxnreg))
     grid = (triton.cdiv(layer.n, tile.bn), triton.cdiv(m, tile.bt))
     launch(grid, q, a, layer.qweight, layer.scales, y, m, layer.n, layer.k)
@@ -228,7 +203,7 @@ def _run_legacy(layer, q, a, y, m, tile: table.Tile) -> None:
 
 def _run_planes(layer, q, a, t, y, m, tile: table.Tile) -> None:
     p = y if tile.splits == 1 else torch.empty((tile.splits, m, layer.n), dtype=torch.float32, device=y.device)
-    launch = layer.plan(("planes", tile, y.dtype), lambda: _Launch(
+    launch = layer.plan(("planes", tile, y.dtype), lambda: Launch(
         pq2_planes_gemm, {"BN": tile.bn, "BT": tile.bt, "SPLITS": tile.splits, "STAGES": tile.stages,
                           "ONE_DOT": tile.one_dot, "ASM": not INTERPRET, "EVEN_N": layer.n % tile.bn == 0},
         tile.warps, tile.stages, tile.maxnreg))
@@ -265,81 +240,13 @@ def _run_gluon(layer, q, a, t, y, m, tile: table.Tile, pdl: bool = False) -> Non
 
     def make():
         w_l, u_l = operand_layouts(tile.bn, tile.warps, tile.bt)
-        return _Launch(pq2_mma_gl, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "GU": tile.bc, "RING": ring,
+        return Launch(pq2_mma_gl, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "GU": tile.bc, "RING": ring,
                                     "W_L": w_l, "U_L": u_l, "STREAM": tile.persist > 0, "PDL": pdl}, tile.warps, 1,
                        pdl=pdl)
 
     launch = layer.plan(("gluon", tile, y.dtype, pdl), make)
     launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, p, tickets,
            m, layer.n, layer.k, groups, gps, splits)
-
-
-def _run_gluon_ring(layer, q, a, t, y, m, tile: table.Tile) -> None:
-    if y.device.type != "cuda" or torch.cuda.get_device_capability(y.device) < (8, 0):
-        raise table.Pq2ConfigError("the gluon_ring pq2 path needs mma.sync int8 (sm_80+); set RADIANCE_PQ2_PREFILL=planes or legacy")
-    rt = tile.bn // (16 * tile.warps)  # m16 row tiles per warp
-    st = tile.stages
-    if tile.bt not in (8, 16, 32, 64, 128) or tile.bn % (16 * tile.warps) or rt & (rt - 1) or tile.splits != 1 \
-            or tile.maxnreg or st < 2 or st & (st - 1):
-        raise table.Pq2ConfigError(f"gluon_ring tile {tile}: bt 8..128 (a power of two), bn a power-of-two multiple of "
-                                   "16 x warps, stages a power of two >= 2, no split-K, no maxnreg")
-    from radiance.kernels.triton.pq2_gluon_ring import pq2_mma_ring, ring_layouts  # Gluon: imported only where it runs
-
-    def make():
-        w_l, c_l, r_l, smem, s_l = ring_layouts(tile.bn, tile.warps, tile.bt, st)
-        return _Launch(pq2_mma_ring, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "RING": st, "W_L": w_l,
-                                      "C_L": c_l, "R_L": r_l, "SMEM": smem, "S_L": s_l}, tile.warps, 1)
-
-    launch = layer.plan(("gluon_ring", tile, y.dtype), make)
-    grid = (triton.cdiv(m, tile.bt), triton.cdiv(layer.n, tile.bn))
-    launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, m, layer.n, layer.k, layer.k // GROUP)
-
-
-def _run_gluon_wgmma(layer, q, a, t, y, m, tile: table.Tile) -> None:
-    if y.device.type != "cuda" or torch.cuda.get_device_capability(y.device)[0] != 9:
-        raise table.Pq2ConfigError("the gluon_wgmma pq2 path needs wgmma (sm_90); set RADIANCE_PQ2_PREFILL=planes or gluon_ring")
-    if tile.warps not in (4, 8) or tile.bn % (16 * tile.warps) or tile.bt not in (16, 32, 64, 128) or tile.splits != 1 \
-            or tile.maxnreg or tile.stages < 3:
-        raise table.Pq2ConfigError(f"gluon_wgmma tile {tile}: warps 4 or 8 (warpgroups), bn a multiple of 16 x warps, "
-                                   "bt 16..128 (a power of two), stages >= 3, no split-K, no maxnreg")
-    from radiance.kernels.triton.pq2_gluon_wgmma import pq2_wgmma, wgmma_layouts  # Gluon: imported only where it runs
-
-    def make():
-        w_l, c_l, s_l = wgmma_layouts(tile.bn, tile.warps, tile.bt)
-        return _Launch(pq2_wgmma, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "RING": tile.stages,
-                                   "OVERLAP": tile.overlap, "W_L": w_l,
-                                   "C_L": c_l, "S_L": s_l}, tile.warps, 1)
-
-    launch = layer.plan(("gluon_wgmma", tile, y.dtype), make)
-    grid = (triton.cdiv(m, tile.bt), triton.cdiv(layer.n, tile.bn))
-    launch(grid, q, a, t, layer.qweight32, layer.scales, y, m, layer.n, layer.k, layer.k // GROUP)
-
-
-def _run_gluon_ws(layer, q, a, t, y, m, tile: table.Tile) -> None:
-    if y.device.type != "cuda" or torch.cuda.get_device_capability(y.device)[0] != 9:
-        raise table.Pq2ConfigError("the gluon_ws pq2 path needs wgmma and TMA (sm_90); set RADIANCE_PQ2_PREFILL=planes or gluon_ring")
-    if tile.warps != 4 or tile.bn not in (64, 128) or tile.bt not in (32, 64, 128) \
-            or tile.splits != 1 or tile.stages < 2:
-        raise table.Pq2ConfigError(f"gluon_ws tile {tile}: 4 warps (one warpgroup), bn 64 or 128 (within one weight "
-                                   "block), bt 32, 64 or 128, stages >= 2, no split-K")
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    from radiance.kernels.triton.pq2_gluon_wgmma import wgmma_layouts
-    from radiance.kernels.triton.pq2_gluon_ws import pq2_ws
-
-    def make():  # the weights' descriptor once per layer and tile; the activations' per call
-        w_desc = TensorDescriptor.from_tensor(layer.qweight32.view(-1, 8), [tile.bn, 8],
-                                              gl.NVMMASharedLayout.get_default_for([tile.bn, 8], gl.int32))
-        consts = {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "RING": tile.stages, "OVERLAP": tile.overlap,
-                  "W_L": wgmma_layouts(tile.bn, tile.warps, tile.bt)[0], "LOADER_REGS": 40}
-        return _Launch(pq2_ws, consts, tile.warps, 1, tile.maxnreg), w_desc
-
-    launch, w_desc = layer.plan(("gluon_ws", tile, y.dtype), make)
-    # one 128-byte row per token and group, swizzled as the wgmma's B operand reads it
-    q_desc = TensorDescriptor.from_tensor(q, [tile.bt, 128], gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2))
-    grid = (triton.cdiv(m, tile.bt), triton.cdiv(layer.n, tile.bn))
-    launch(grid, q_desc, w_desc, a, t, layer.scales, y, m, layer.n, layer.k // GROUP)
 
 
 def _run_dp4a(layer, q, a, t, y, m, tile: table.Tile, pdl: bool = False) -> None:
@@ -349,7 +256,7 @@ def _run_dp4a(layer, q, a, t, y, m, tile: table.Tile, pdl: bool = False) -> None
     groups = layer.k // GROUP
     per = -(-(-(-groups // tile.bc)) // tile.splits) * tile.bc  # groups per split, as the kernel computes it
     even = layer.n % tile.bn == 0 and groups % per == 0 and per % tile.bc == 0 and groups // per == tile.splits
-    launch = layer.plan(("dp4a", tile, y.dtype, pdl), lambda: _Launch(
+    launch = layer.plan(("dp4a", tile, y.dtype, pdl), lambda: Launch(
         pq2_gemv_dp4a, {"BN": tile.bn, "BC": tile.bc, "MR": tile.mr, "RR": tile.rr, "SPLITS": tile.splits, "STAGES": tile.stages,
                         "ASM": not INTERPRET, "EVEN": even, "PDL": pdl}, tile.warps, 1, tile.maxnreg, pdl=pdl))
     grid = (triton.cdiv(layer.n, tile.bn), tile.splits, triton.cdiv(m, tile.mr))
@@ -387,13 +294,13 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         key = (tile, n, k, x.dtype, x2.data_ptr() % 16 == 0, x2.stride(0) % 16 == 0, weight.data_ptr() % 16 == 0)
         launch = _SKINNY_PLANS.get(key)
         if launch is None:
-            launch = _SKINNY_PLANS[key] = _Launch(
+            launch = _SKINNY_PLANS[key] = Launch(
                 skinny_splitk_gemm, {"BM": 16, "BN": tile.bn, "BK": tile.bk, "KSPLIT": tile.ksplit}, tile.warps, 2)
         launch((triton.cdiv(n, tile.bn), splits), x2, weight, p, m, n, k, x2.stride(0))
         rkey = ("reduce", splits, x.dtype)
         red = _SKINNY_PLANS.get(rkey)
         if red is None:
-            red = _SKINNY_PLANS[rkey] = _Launch(reduce_splits, {"SPLITS": splits, "BLOCK": REDUCE_BLOCK}, 4, 1)
+            red = _SKINNY_PLANS[rkey] = Launch(reduce_splits, {"SPLITS": splits, "BLOCK": REDUCE_BLOCK}, 4, 1)
         red((triton.cdiv(m * n, REDUCE_BLOCK),), p, y, m * n)
     if bias is not None:
         y = y + bias

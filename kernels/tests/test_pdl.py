@@ -82,10 +82,12 @@ def test_launch_plan_names_every_constexpr_in_order():
     # TRIGGER) or a reordered dict would launch with shifted arguments; refused when the plan is made
     from types import SimpleNamespace as NS
 
+    from radiance.kernels.launch import Launch
+
     fn = NS(__name__="k", params=[NS(name="X", is_constexpr=False), NS(name="BN", is_constexpr=True),
                                   NS(name="PDL", is_constexpr=True)])
-    pq2_ops._Launch(fn, {"BN": 64, "PDL": False}, 4, 1)
+    Launch(fn, {"BN": 64, "PDL": False}, 4, 1)
     with pytest.raises(TypeError, match=r"k: launch plan constexprs \['BN'\] must be exactly \['BN', 'PDL'\]"):
-        pq2_ops._Launch(fn, {"BN": 64}, 4, 1)
+        Launch(fn, {"BN": 64}, 4, 1)
     with pytest.raises(TypeError, match="in order"):
-        pq2_ops._Launch(fn, {"PDL": False, "BN": 64}, 4, 1)
+        Launch(fn, {"PDL": False, "BN": 64}, 4, 1)
