@@ -58,9 +58,9 @@ def run_gluon_ws(layer, q, a, t, y, m, tile: table.Tile) -> None:
     if y.device.type != "cuda" or torch.cuda.get_device_capability(y.device)[0] != 9:
         raise table.Pq2ConfigError("the gluon_ws pq2 path needs wgmma and TMA (sm_90); set RADIANCE_PQ2_PREFILL=planes or gluon_ring")
     if tile.warps != 4 or tile.bn not in (64, 128) or tile.bt not in (32, 64, 128) \
-            or tile.splits != 1 or tile.stages < 2:
+            or tile.splits != 1 or tile.stages < 2 or tile.overlap:
         raise table.Pq2ConfigError(f"gluon_ws tile {tile}: 4 warps (one warpgroup), bn 64 or 128 (within one weight "
-                                   "block), bt 32, 64 or 128, stages >= 2, no split-K")
+                                   "block), bt 32, 64 or 128, stages >= 2, no split-K, no overlap (RESULTS run 24)")
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -70,7 +70,7 @@ def run_gluon_ws(layer, q, a, t, y, m, tile: table.Tile) -> None:
     def make():  # the weights' descriptor once per layer and tile; the activations' per call
         w_desc = TensorDescriptor.from_tensor(layer.qweight32.view(-1, 8), [tile.bn, 8],
                                               gl.NVMMASharedLayout.get_default_for([tile.bn, 8], gl.int32))
-        consts = {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "RING": tile.stages, "OVERLAP": tile.overlap,
+        consts = {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "RING": tile.stages,
                   "W_L": wgmma_layouts(tile.bn, tile.warps, tile.bt)[0], "LOADER_REGS": 40}
         return Launch(pq2_ws, consts, tile.warps, 1, tile.maxnreg), w_desc
 

@@ -175,7 +175,7 @@ def test_split_k_deterministic_and_plan_matches_launcher():
                           (5, "gluon", Tile(bn=128, bt=8, bc=2, splits=8, stages=1)),
                           (5, "gluon", Tile(bn=64, bt=8, bc=1, splits=4, stages=4)),
                           (300, "gluon_ring", Tile(bn=128, bt=64, stages=4))] \
-            + [(300, p, Tile(bn=64, bt=64, stages=4)) for p in _wgmma()]:  # tickets reset between calls
+            + [(300, p, Tile(bn=64, bt=64, stages=4, overlap=p == "gluon_wgmma")) for p in _wgmma()]:  # tickets reset between calls; gluon_ws has no overlap
         x = torch.randn(m, 17408, device=dev, dtype=torch.bfloat16)
         _run(a, torch.randn_like(x), path=path, tile=tile)  # compiles a's plan
         y1 = _run(a, x, path=path, tile=tile)  # direct compiled launch

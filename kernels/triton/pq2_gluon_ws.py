@@ -49,7 +49,9 @@ def _load(q_desc, w_desc, S, T, qring, wring, sring, tring, ready, empty, t0, wr
 
 @gluon.jit
 def _fold(qring, wring, sring, tring, ready, empty, WS, n0, N, G, BN: gl.constexpr, BT: gl.constexpr,
-          WARPS: gl.constexpr, RING: gl.constexpr, OVERLAP: gl.constexpr, W_L: gl.constexpr):
+          WARPS: gl.constexpr, RING: gl.constexpr, W_L: gl.constexpr):
+    # group g's fold right after its wgmma: folding group g - 1 while group g's wgmma ran (a second
+    # int32 dot in registers) never won (RESULTS run 24), the other programs on the SM overlap it
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BT, 32])
     A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=4)
     LN: gl.constexpr = gl.SliceLayout(1, MMA)
@@ -58,42 +60,26 @@ def _fold(qring, wring, sring, tring, ready, empty, WS, n0, N, G, BN: gl.constex
     acc = gl.zeros([BN, BT], gl.float32, layout=MMA)
     zero = gl.zeros([BN, BT], gl.int32, layout=MMA)
     sw = gl.load(WS + rn * G).to(gl.float32)
-    # OVERLAP: group g - 1's fold runs while group g's wgmma does (its dot, sums and scales held in
-    # registers; at g = 0 a zero dot with zero sums and scales, an exact no-op: acc + 0)
-    prev = zero
-    t_p = gl.zeros([BT], gl.int32, layout=LT)
-    sa_p = gl.zeros([BT], gl.float32, layout=LT)
-    sw_p = gl.zeros_like(sw)  # not `sw`: see pq2_gluon_wgmma on Triton 3.6's loop-carried names
     for g in range(G):
         s = g % RING
         sw_n = gl.load(WS + rn * G + gl.minimum(g + 1, G - 1)).to(gl.float32)
         mbarrier.wait(ready.index(s), (g // RING) & 1)
         a = _a_group(wring.index(s).load(W_L), BN, A_L)
         cur = warpgroup_mma(a, qring.index(s).permute([1, 0]), zero, use_acc=False, is_async=True)
-        if OVERLAP:
-            acc = group_acc(acc, prev, t_p[None, :], sa_p[None, :], sw_p[:, None])
         t = tring.index(s).load(LT)
         sa = sring.index(s).load(LT)
         dot = warpgroup_mma_wait(0, deps=[cur])
         gl.thread_barrier()  # every warp of the group past its reads before the stage is handed back
         mbarrier.arrive(empty.index(s), count=1)
-        if OVERLAP:
-            prev = dot
-            t_p = t
-            sa_p = sa
-            sw_p = sw
-        else:
-            acc = group_acc(acc, dot, t[None, :], sa[None, :], sw[:, None])
+        acc = group_acc(acc, dot, t[None, :], sa[None, :], sw[:, None])
         sw = sw_n
-    if OVERLAP:
-        acc = group_acc(acc, prev, t_p[None, :], sa_p[None, :], sw_p[:, None])
     return (acc,)  # warp_specialize takes the default partition's results as a tuple
 
 
 @gluon.jit(do_not_specialize=["M"])
 def pq2_ws(q_desc, w_desc, S, T, WS, Y, M, N, G,
-           BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, RING: gl.constexpr, OVERLAP: gl.constexpr,
-           W_L: gl.constexpr, LOADER_REGS: gl.constexpr):
+           BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, RING: gl.constexpr, W_L: gl.constexpr,
+           LOADER_REGS: gl.constexpr):
     # q_desc: plane-ordered int8 activations [M, K], box [BT, 128]; w_desc: the prepared weights as
     # [blocks * G * 128, 8] int32, box [BN, 8]; S / T: activation scales and group sums [M, G]; WS:
     # weight scales [N, G] f16
@@ -113,7 +99,7 @@ def pq2_ws(q_desc, w_desc, S, T, WS, Y, M, N, G,
         mbarrier.init(empty.index(i), count=1)
 
     acc = gl.warp_specialize([
-        (_fold, (qring, wring, sring, tring, ready, empty, WS, n0, N, G, BN, BT, WARPS, RING, OVERLAP, W_L)),
+        (_fold, (qring, wring, sring, tring, ready, empty, WS, n0, N, G, BN, BT, WARPS, RING, W_L)),
         (_load, (q_desc, w_desc, S, T, qring, wring, sring, tring, ready, empty, t0, wrow, M, G, BT, RING)),
     ], [1], [LOADER_REGS])[0]
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BT, 32])
