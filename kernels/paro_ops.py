@@ -17,6 +17,7 @@ from radiance.kernels.paro_table import (  # noqa: F401 -- the table's names, re
     TURING_GEMV_MAX_M, W4A16_ONLY, WGMMA_BT128_MAX_M, WGMMA_MAX_M, Tile, decode_tile, fit_tile, gemv_kind,
     launches_dependent, prefill_tile, prologue_mode, scratch_gemm_preferred, scratch_piece_rows, smem_bytes,
     smem_limit, stream_tile, use_int8, wgmma_prefill_max_m)
+from radiance.kernels import gpu
 from radiance.kernels.pdl import enabled as pdl_enabled
 from radiance.kernels.triton import paro_gemm, paro_rotate, paro_scratch
 from radiance.knobs import knob_int
@@ -82,10 +83,10 @@ class ParoLayer:
 
 
 def _device_info(device: torch.device) -> tuple[tuple[int, int], int]:
-    if device.type != "cuda":
+    cap = gpu.capability(device)
+    if cap is None:
         return (9, 0), 132  # the CPU interpreter: tiles as on the H200
-    props = torch.cuda.get_device_properties(device)
-    return (props.major, props.minor), props.multi_processor_count
+    return cap, gpu.sm_count(device)
 
 
 def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: list[torch.Tensor],
@@ -100,6 +101,7 @@ def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: li
                          f"the GEMM takes 1..{MAX_PARTS} rotations and P-1 boundaries")
     device = qweights[0].device
     dcap, sms = _device_info(device)
+    on_gpu = gpu.capability(device) is not None
     cap = cap or dcap
     i8 = use_int8(cap)
     wb, sc, d = paro_gemm.repack(qweights, qzeros, scales)
@@ -113,9 +115,9 @@ def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: li
                       paro_rotate.build_tables(rotations, device),
                       tuple((bounds + [1 << 30, 1 << 30])[:2]), n, k, cap, sms,
                       knob_int("RADIANCE_PQ_DECODE_MAX_M"), i8, scratch_gemm_preferred(cap, i8), bias,
-                      wgmma_prefill_max_m(cap, i8, n, device.type == "cuda"), scratch_piece_rows(),
+                      wgmma_prefill_max_m(cap, i8, n, on_gpu), scratch_piece_rows(),
                       # the real GPU's capability: a faked one (the sm_75 configs run on the H200) never asks for it
-                      pdl=device.type == "cuda" and pdl_enabled(dcap) and cap >= (9, 0))
+                      pdl=on_gpu and pdl_enabled(dcap) and cap >= (9, 0))
     part = max(decode_tile(m, n, g, sms, cap, layer.i8).split * m * n for m in range(1, layer.decode_max_m + 1))
     deq = paro_scratch.scratch_elems(n, k, layer.scratch_rows) if layer.scratch_prefill else 0
     if layer.scratch_prefill and layer.scratch_rows and device.type == "cuda":

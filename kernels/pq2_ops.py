@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 import triton
 
+from radiance.kernels import gpu
 from radiance.kernels import pq2_table as table
 from radiance.kernels.launch import INTERPRET, Launch
 from radiance.kernels.pdl import enabled as pdl_enabled
@@ -64,7 +65,7 @@ def prepare(qweight: torch.Tensor, scales: torch.Tensor) -> Pq2Layer:
         raise ValueError(f"pq2 scales must be [N, K/128] = [{n}, {k // GROUP}], got {tuple(scales.shape)}")
     if scales.device != qweight.device:
         raise ValueError(f"pq2 qweight on {qweight.device} but scales on {scales.device}")
-    if qweight.device.type == "cuda" and qweight.device not in _TICKETS:
+    if gpu.capability(qweight.device) and qweight.device not in _TICKETS:
         _TICKETS[qweight.device] = torch.zeros(TICKETS, dtype=torch.int32, device=qweight.device)
     rows = ROW_BLOCK.value
     blocks = -(-n // rows)
@@ -81,19 +82,12 @@ TICKETS = 1 << 16  # output tiles: lm_head (248320 rows) at 64 rows x 8 tokens i
 
 
 def _sms(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+    return gpu.sm_count(device) or 132
 
 
 def _capability(device: torch.device) -> tuple[int, int]:
     # CPU (the interpreter tests) behaves like an sm_80+ part
-    return torch.cuda.get_device_capability(device) if device.type == "cuda" else (8, 0)
-
-
-def _family(device: torch.device) -> str:
-    if device.type != "cuda":
-        return ""
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}"
+    return gpu.capability(device) or (8, 0)
 
 
 def quantize_activations(x2: torch.Tensor, planes: bool, layer: Pq2Layer | None = None, trigger: bool = False):
@@ -150,13 +144,13 @@ def choose(layer: Pq2Layer, m: int, device: torch.device, kernel_set: str | None
     chosen, split_k = table.select_path(kernel_set, m, os.environ, _capability(device), layer.n)
     path = path or chosen
     if tile is None:
-        tile = table.tile_for(path, layer.n, layer.k, m, _sms(device), split_k, _family(device))
+        tile = table.tile_for(path, layer.n, layer.k, m, _sms(device), split_k, gpu.arch(device))
     return path, tile
 
 
 def launches_dependent(path: str, m: int, device: torch.device) -> bool:
     """Whether `path`'s GEMM at M rows launches dependent on the quantizer before it on this device."""
-    return path in table.PDL_PATHS and m <= table.SMALL_MAX_M and device.type == "cuda" \
+    return path in table.PDL_PATHS and m <= table.SMALL_MAX_M and gpu.capability(device) is not None \
         and pdl_enabled(_capability(device))
 
 
@@ -214,7 +208,7 @@ def _run_planes(layer, q, a, t, y, m, tile: table.Tile) -> None:
 
 
 def _run_gluon(layer, q, a, t, y, m, tile: table.Tile, pdl: bool = False) -> None:
-    if y.device.type != "cuda" or torch.cuda.get_device_capability(y.device) < (8, 0):
+    if (gpu.capability(y.device) or (0, 0)) < (8, 0):
         raise table.Pq2ConfigError("the gluon pq2 path needs mma.sync int8 (sm_80+); set RADIANCE_PQ2_SMALL=planes or legacy")
     rt = tile.bn // (16 * tile.warps)  # m16 row tiles per warp
     ring = tile.stages if tile.stages > 1 else 0
@@ -291,13 +285,15 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         splits = triton.cdiv(k, tile.ksplit)
         p = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
         y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-        key = (tile, n, k, x.dtype, x2.data_ptr() % 16 == 0, x2.stride(0) % 16 == 0, weight.data_ptr() % 16 == 0)
+        # per device and arch: a plan holds the kernel loaded for the GPU it first ran on
+        key = (tile, n, k, x.dtype, x.device, gpu.arch(x.device), x2.data_ptr() % 16 == 0, x2.stride(0) % 16 == 0,
+               weight.data_ptr() % 16 == 0)
         launch = _SKINNY_PLANS.get(key)
         if launch is None:
             launch = _SKINNY_PLANS[key] = Launch(
                 skinny_splitk_gemm, {"BM": 16, "BN": tile.bn, "BK": tile.bk, "KSPLIT": tile.ksplit}, tile.warps, 2)
         launch((triton.cdiv(n, tile.bn), splits), x2, weight, p, m, n, k, x2.stride(0))
-        rkey = ("reduce", splits, x.dtype)
+        rkey = ("reduce", splits, x.dtype, x.device, gpu.arch(x.device))
         red = _SKINNY_PLANS.get(rkey)
         if red is None:
             red = _SKINNY_PLANS[rkey] = Launch(reduce_splits, {"SPLITS": splits, "BLOCK": REDUCE_BLOCK}, 4, 1)
@@ -312,6 +308,6 @@ def dense_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     and RADIANCE_SKINNY_GEMM (default: on in the `tuned` pq2 set) allows it, else cuBLAS.
     For kernels.ops' ("dense", "cuda") row (prepare: keep the contiguous weight)."""
     kernel_set = os.environ.get("RADIANCE_PQ2_KERNELS", "tuned")
-    if table.skinny_enabled(kernel_set, os.environ):
+    if table.skinny_enabled(kernel_set, os.environ, _capability(x.device)):
         return skinny_linear(x, weight, bias)
     return torch.nn.functional.linear(x, weight, bias)

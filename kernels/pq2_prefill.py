@@ -8,13 +8,14 @@ from __future__ import annotations
 import torch
 import triton
 
+from radiance.kernels import gpu
 from radiance.kernels import pq2_table as table
 from radiance.kernels.launch import Launch
 from radiance.kernels.triton.pq2_quant import GROUP
 
 
 def run_gluon_ring(layer, q, a, t, y, m, tile: table.Tile) -> None:
-    if y.device.type != "cuda" or torch.cuda.get_device_capability(y.device) < (8, 0):
+    if (gpu.capability(y.device) or (0, 0)) < (8, 0):
         raise table.Pq2ConfigError("the gluon_ring pq2 path needs mma.sync int8 (sm_80+); set RADIANCE_PQ2_PREFILL=planes or legacy")
     rt = tile.bn // (16 * tile.warps)  # m16 row tiles per warp
     st = tile.stages
@@ -35,7 +36,7 @@ def run_gluon_ring(layer, q, a, t, y, m, tile: table.Tile) -> None:
 
 
 def run_gluon_wgmma(layer, q, a, t, y, m, tile: table.Tile) -> None:
-    if y.device.type != "cuda" or torch.cuda.get_device_capability(y.device)[0] != 9:
+    if (gpu.capability(y.device) or (0, 0))[0] != 9:
         raise table.Pq2ConfigError("the gluon_wgmma pq2 path needs wgmma (sm_90); set RADIANCE_PQ2_PREFILL=planes or gluon_ring")
     if tile.warps not in (4, 8) or tile.bn % (16 * tile.warps) or tile.bt not in (16, 32, 64, 128) or tile.splits != 1 \
             or tile.maxnreg or tile.stages < 3:
@@ -55,7 +56,7 @@ def run_gluon_wgmma(layer, q, a, t, y, m, tile: table.Tile) -> None:
 
 
 def run_gluon_ws(layer, q, a, t, y, m, tile: table.Tile) -> None:
-    if y.device.type != "cuda" or torch.cuda.get_device_capability(y.device)[0] != 9:
+    if (gpu.capability(y.device) or (0, 0))[0] != 9:
         raise table.Pq2ConfigError("the gluon_ws pq2 path needs wgmma and TMA (sm_90); set RADIANCE_PQ2_PREFILL=planes or gluon_ring")
     if tile.warps != 4 or tile.bn not in (64, 128) or tile.bt not in (32, 64, 128) \
             or tile.splits != 1 or tile.stages < 2 or tile.overlap:

@@ -123,13 +123,19 @@ def select_path(kernel_set: str, m: int, env: dict[str, str], capability: tuple[
     return path, kernel_set == "tuned"
 
 
-def skinny_enabled(kernel_set: str, env: dict[str, str]) -> bool:
+def skinny_enabled(kernel_set: str, env: dict[str, str], capability: tuple[int, int] = (8, 0)) -> bool:
+    """Whether unquantized projections that skinny_applies to take the split-K GEMM: the tuned set's
+    default on sm_80+. Below sm_80 Triton lowers its dot to FMA and the tile spills ~300 bytes of
+    registers per thread (kernels/tests/test_offline_compile.py, sm_75), so cuBLAS keeps them there."""
     raw = env.get("RADIANCE_SKINNY_GEMM", "")
     if raw:
         if raw not in ("0", "1"):
             raise Pq2ConfigError(f"RADIANCE_SKINNY_GEMM={raw!r}: use 1 (split-K Triton GEMM) or 0 (cuBLAS)")
+        if raw == "1" and capability < (8, 0):
+            raise Pq2ConfigError(f"RADIANCE_SKINNY_GEMM=1 needs tensor-core dots (sm_80+); this GPU is "
+                                 f"sm_{capability[0]}{capability[1]}: unset it or use 0 (cuBLAS)")
         return raw == "1"
-    return check_set(kernel_set) == "tuned"
+    return check_set(kernel_set) == "tuned" and capability >= (8, 0)
 
 
 @dataclass(frozen=True)
@@ -280,6 +286,11 @@ CANDIDATES: dict[str, list[Tile]] = {
 }
 
 
+def _sm(family: str) -> int:
+    # "sm_86" -> 86; "" (no GPU: the CPU interpreter) -> 0
+    return int(family[3:]) if family else 0
+
+
 def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family: str = "") -> Tile:
     """Tile configuration for a path on a shape: the measured table entry, else the heuristic."""
     if k % 128:
@@ -299,8 +310,8 @@ def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family:
                 t = Tile(bn=128, bt=16, warps=4, stages=3, one_dot=True)
             elif m <= 64:
                 t = Tile(bn=128, bt=32, warps=4, stages=3, one_dot=True)
-            else:
-                t = Tile(bn=64, bt=128, warps=4, stages=2, one_dot=True)
+            else:  # below sm_90 on 8 warps: the same tile on 4 spills under Triton 3.9 (test_offline_compile)
+                t = Tile(bn=64, bt=128, warps=8 if 0 < _sm(family) < 90 else 4, stages=2, one_dot=True)
             programs = -(-n // t.bn) * -(-m // t.bt)
             t = replace(t, splits=_splits_for(programs, groups, sms, 4) if split_k else 1)
         elif path == "gluon":

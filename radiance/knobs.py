@@ -57,7 +57,7 @@ KNOBS: dict[str, Knob] = {
              "`gluon_ring` (int8 mma.sync in Gluon, activations through a shared-memory ring; sm_80+) "
              "or `legacy`."),
         Knob("RADIANCE_SKINNY_GEMM", None, False,
-             "`1`: split-K Triton GEMM for unquantized projections with M <= 16, N <= 256 on NVIDIA; `0`: cuBLAS. Unset: on in the `tuned` pq2 set."),
+             "`1`: split-K Triton GEMM for unquantized projections with M <= 16, N <= 256 on NVIDIA sm_80+ (below, its dot has no tensor cores: `1` is an error there); `0`: cuBLAS. Unset: on in the `tuned` pq2 set on sm_80+."),
         Knob("RADIANCE_CHAT_TEMPLATE", None, False,
              "Chat template (`.jinja`) for `radiance-launch`, overriding the stack's `chat_template` (the seed's `CHAT_TEMPLATE`). Missing or unreadable fails the launch."),
         Knob("RADIANCE_SPEC", None, False,

@@ -281,6 +281,33 @@ def test_turing_dispatch_on_this_gpu(gen):
         assert err <= 2e-3, f"sm_75 dispatch M={m}: rel {err:.2e}"
 
 
+def test_rtx3090_dispatch_on_this_gpu(gen):
+    """The sm_86 choices (tiles fitted to 99 KB, no wgmma: the scratch path above the decode band;
+    the tensor-core prologue's mma.sync tile, paro_rotate.dense_tile) forced here, for their numerics."""
+    from radiance.kernels import paro_ops as ops
+    from radiance.kernels import reference
+    from radiance.kernels.triton import paro_random as rnd
+    from radiance.kernels.triton import paro_rotate as pr
+
+    parts = _layers([1024, 1024], 5120, gen)
+    for i8, act in ((False, None), (True, "int8_group")):
+        os.environ["RADIANCE_PQ_I8"] = "1" if i8 else "0"
+        try:
+            layer = ops.prepare(*rnd.merged(parts), cap=(8, 6))
+        finally:
+            os.environ.pop("RADIANCE_PQ_I8", None)
+        for m in (1, 3, 8, 9, 16, 17, 100, 600):
+            x = torch.randn(m, 5120, device="cuda", dtype=torch.bfloat16)
+            err = rnd.rel(ops.forward(layer, x), rnd.reference_merged(x, parts, act))
+            assert err <= 2e-3, f"sm_86 dispatch {act or 'W4A16'} M={m}: rel {err:.2e}"
+    tab = pr.build_tables([rnd.rotation_of(parts[0])])
+    x = torch.randn(600, 5120, device="cuda", dtype=torch.bfloat16)
+    want = reference.rotate(x, parts[0].pairs, parts[0].theta, parts[0].channel_scales)
+    bm, warps = pr.dense_tile(pr.ROT32, (8, 6))
+    a, _, _ = pr.rotate(x, tab, pr.ROT32, bm=bm, warps=warps, dense=True)
+    assert rnd.rel(a[0], want) <= 1e-5, f"sm_86 dense prologue tile {bm} x {warps} warps"
+
+
 @pytest.mark.parametrize("i8", [False, True], ids=["W4A16", "W4A8"])
 def test_real_qwen_layer(i8):
     require(REAL.is_file(), f"{REAL} missing: make it with paro_random.export_real_layer and carry .paro_real")

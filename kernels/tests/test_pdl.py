@@ -57,15 +57,20 @@ def test_pq2_rule_never_on_cpu():
 def test_pq2_rule_decode_band_only(monkeypatch):
     # on an sm_90 part: dp4a and gluon in the decode band, not planes (lost), nothing in prefill,
     # nothing with RADIANCE_PDL=off
-    monkeypatch.setattr(pq2_ops, "_capability", lambda device: (9, 0))
-    cuda = torch.device("cuda")  # only its type is read
-    assert pq2_ops.launches_dependent("dp4a", 1, cuda) and pq2_ops.launches_dependent("gluon", 8, cuda)
-    assert not pq2_ops.launches_dependent("planes", 16, cuda)
-    assert not pq2_ops.launches_dependent("dp4a", 17, cuda)
-    assert not pq2_ops.launches_dependent("gluon_wgmma", 64, cuda)
-    assert not pq2_ops.launches_dependent("legacy", 1, cuda)
-    monkeypatch.setenv("RADIANCE_PDL", "off")
-    assert not pq2_ops.launches_dependent("dp4a", 1, cuda)
+    from radiance.kernels import gpu
+
+    cpu = torch.device("cpu")  # standing for an H200 (kernels/gpu.virtual_gpu)
+    with gpu.virtual_gpu((9, 0), 132):
+        assert pq2_ops.launches_dependent("dp4a", 1, cpu) and pq2_ops.launches_dependent("gluon", 8, cpu)
+        assert not pq2_ops.launches_dependent("planes", 16, cpu)
+        assert not pq2_ops.launches_dependent("dp4a", 17, cpu)
+        assert not pq2_ops.launches_dependent("gluon_wgmma", 64, cpu)
+        assert not pq2_ops.launches_dependent("legacy", 1, cpu)
+        monkeypatch.setenv("RADIANCE_PDL", "off")
+        assert not pq2_ops.launches_dependent("dp4a", 1, cpu)
+    with gpu.virtual_gpu((8, 6), 82):  # no griddepcontrol below sm_90
+        monkeypatch.delenv("RADIANCE_PDL")
+        assert not pq2_ops.launches_dependent("dp4a", 1, cpu)
 
 
 def test_pq2_other_paths_refuse_a_dependent_launch():

@@ -219,3 +219,22 @@ def test_dependent_launch_bit_identical_back_to_back(monkeypatch):
             want = [pq2_ops.forward(layer, x) for x in xs]
             monkeypatch.delenv("RADIANCE_PDL")
             assert_back_to_back([lambda x=x: pq2_ops.forward(layer, x) for x in xs], want, f"N={n} M={m}")
+
+
+@pytest.mark.parametrize("n,k", [(5120, 6144), (4100, 1152)])  # EVEN tiles and ragged ones
+def test_rtx3090_choices_on_this_gpu(n, k):
+    """The path and tile the tables pick for an sm_86 card with 82 SMs (no wgmma there: gluon,
+    planes and legacy; heuristic tiles, e.g. the 8-warp prefill tile), run here for their numerics."""
+    from radiance.kernels import pq2_table as table
+    from radiance.kernels import reference
+
+    layer, tens, _ = _layer(n, k, _cuda())
+    for kernel_set in ("tuned", "exact"):
+        for m in MS:
+            path, split_k = table.select_path(kernel_set, m, {}, (8, 6), n)
+            tile = table.tile_for(path, n, k, m, 82, split_k, "sm_86")
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            ref = reference.pq2_linear(x.float(), tens)
+            y = _run(layer, x, kernel_set=kernel_set, path=path, tile=tile)
+            err = ((y.float() - ref).norm() / ref.norm()).item()
+            assert err <= 2e-3, f"sm_86 {kernel_set} {path} {tile} M={m}: rel err {err:.2e}"

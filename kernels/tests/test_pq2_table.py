@@ -103,6 +103,10 @@ def test_skinny_switch():
     assert table.skinny_enabled("tuned", {}) and not table.skinny_enabled("exact", {})
     assert table.skinny_enabled("legacy", {"RADIANCE_SKINNY_GEMM": "1"})
     assert table.skinny_applies(4, 96, 5120) and not table.skinny_applies(17, 96, 5120)
+    # below sm_80 its dot has no tensor cores (the tile spills): cuBLAS by default, the switch refused
+    assert not table.skinny_enabled("tuned", {}, (7, 5)) and table.skinny_enabled("tuned", {}, (8, 6))
+    with pytest.raises(table.Pq2ConfigError, match=r"RADIANCE_SKINNY_GEMM=1 needs .*sm_75"):
+        table.skinny_enabled("tuned", {"RADIANCE_SKINNY_GEMM": "1"}, (7, 5))
     assert not table.skinny_applies(4, 4096, 5120)
 
 

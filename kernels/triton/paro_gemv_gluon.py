@@ -26,6 +26,7 @@ No tensor-core or sm_90-only instruction: plain loads, integer ops and FMAs.
 from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from radiance.kernels.triton.gluon_compat import copy_to_shared, thread_barrier
 
 
 @gluon.jit
@@ -101,7 +102,7 @@ def paro_gemv_gl(A, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps,
         ring = gl.allocate_shared_memory(gl.int32, [RING, GPI, BN, 16],
                                          gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0]))
         for i in gl.static_range(RING - 1):
-            async_copy.async_copy_global_to_shared(ring.index(i), W + gl.minimum(g0 + i * GPI, glast) * N * 16 + w_off)
+            copy_to_shared(ring.index(i), W + gl.minimum(g0 + i * GPI, glast) * N * 16 + w_off)
             async_copy.commit_group()
     elif PREFETCH > 0:
         ws = ()
@@ -115,7 +116,7 @@ def paro_gemv_gl(A, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps,
             async_copy.wait_group(RING - 2)
             w = ring.index(it % RING).load(L3)
             gw = gl.minimum(g + (RING - 1) * GPI, glast)  # into the buffer read one step ago
-            async_copy.async_copy_global_to_shared(ring.index((it + RING - 1) % RING), W + gw * N * 16 + w_off)
+            copy_to_shared(ring.index((it + RING - 1) % RING), W + gw * N * 16 + w_off)
             async_copy.commit_group()
         elif PREFETCH > 0:  # issue the weight loads WDEPTH steps ahead, before this step's arithmetic
             w = ws[0]
@@ -248,7 +249,7 @@ def finish_tile(y, bias, Y, PART, CNT, y_off, ymask, M, N, slot, count, tile, HA
         gl.store(PART + slot * M * N + y_off, y, mask=ymask)
         # every warp's partial must be written before the one thread that takes the ticket
         # releases them (plain Triton places this barrier itself; Gluon does only what it is told)
-        gl.thread_barrier()
+        thread_barrier()
         ticket = gl.atomic_add(CNT + tile, 1, sem="acq_rel")
         if ticket == count - 1:
             tot = gl.zeros_like(y)

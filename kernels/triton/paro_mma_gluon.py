@@ -34,6 +34,7 @@ import torch
 from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+from radiance.kernels.triton.gluon_compat import copy_to_shared, thread_barrier
 
 from radiance.kernels.triton.paro_gemv_gluon import (program_tile, rotated_copy, split_tile, store_tile, stream_bounds,
                                                        stream_slot, stream_tile, wait_for_producer)
@@ -94,13 +95,13 @@ def _ring_fill(ring, ring_u, ring_sc, ring_d, ring_s, ring_rs, i, g, W, A, SC, D
     # group g's operands into stage i of the ring, as one commit group: the weights (each thread
     # the words it reads back), with ALL also the activation words, scales, zero points and the
     # tokens' scales / sums (tokens past M and rows past N zero-filled, not fetched)
-    async_copy.async_copy_global_to_shared(ring.index(i), W + g * N * 16 + w_off)
+    copy_to_shared(ring.index(i), W + g * N * 16 + w_off)
     if ALL:
-        async_copy.async_copy_global_to_shared(ring_u.index(i), A + g * 64 + u_cp, mask=u_ok)
-        async_copy.async_copy_global_to_shared(ring_sc.index(i), SC + g * N + ns, mask=ns < N)
-        async_copy.async_copy_global_to_shared(ring_d.index(i), D + g * N + nd, mask=nd < N)
-        async_copy.async_copy_global_to_shared(ring_s.index(i), S + t_cp + g, mask=t_ok)
-        async_copy.async_copy_global_to_shared(ring_rs.index(i), RS + t_cp + g, mask=t_ok)
+        copy_to_shared(ring_u.index(i), A + g * 64 + u_cp, mask=u_ok)
+        copy_to_shared(ring_sc.index(i), SC + g * N + ns, mask=ns < N)
+        copy_to_shared(ring_d.index(i), D + g * N + nd, mask=nd < N)
+        copy_to_shared(ring_s.index(i), S + t_cp + g, mask=t_ok)
+        copy_to_shared(ring_rs.index(i), RS + t_cp + g, mask=t_ok)
     async_copy.commit_group()
 
 
@@ -252,7 +253,7 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
         while start < end:
             t, t0, n0, g0, g1 = stream_tile(start, end, G, n_tb, BT, BN)
             prt = rotated_copy(n0, pb1, pb2)
-            gl.thread_barrier()  # the last tile's ring reads are done before this tile's copies land
+            thread_barrier()  # the last tile's ring reads are done before this tile's copies land
             acc = _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, g0, g1, ring, ring_u, ring_sc, ring_d, ring_s,
                             ring_rs, BN, BT, WARPS, W_L, U_L, U2_L, RING, ALL)
             slot, count = stream_slot(t, G, work, progs, p)

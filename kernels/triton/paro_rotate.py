@@ -37,6 +37,8 @@ import torch
 import triton
 import triton.language as tl
 
+from radiance.kernels import gpu
+
 GROUP = 128
 ROT32, F16G, I8G, PLAIN, ROT32P, F16GF, PLAINW = 0, 1, 2, 3, 4, 6, 7
 DENSE_MIN_M = 512  # bf16 rows from which the tensor-core path wins on every swept shape (RESULTS run 7)
@@ -213,6 +215,16 @@ def prologue_tile(m: int) -> tuple[int, int]:
     return bm, 4 if bm == 4 else 2
 
 
+def dense_tile(mode: int, cap: tuple[int, int]) -> tuple[int, int]:
+    """(rows per program, warps) of the tensor-core prologue. sm_90: the H200 sweep
+    (bench/sweep_prologue.py, RESULTS run 7). Below, mma.sync keeps both operands in registers and
+    those tiles spill 32-312 bytes per thread on sm_86 (kernels/tests/test_offline_compile.py); 64
+    rows on 8 warps is the largest that does not, under Triton 3.6 and 3.9 (offline, unmeasured)."""
+    if cap >= (9, 0):
+        return (128, 8) if mode == I8G else (64, 4)
+    return 64, 8
+
+
 def group_matrices(tables: RotTables, device, mode: int = HILO) -> torch.Tensor:
     """Each group's whole rotation as a 128x128 matrix (row r = the rotated unit vector e_r), by
     the gather kernel run on the identity: HILO -> bf16 [2 (high, low), P, 128, K], whose sum
@@ -250,13 +262,12 @@ def rotate(x: torch.Tensor, tables: RotTables, mode: int,
     else:
         a, s, rs = out
     if dense is None:
-        dense = (m >= DENSE_MIN_M and x.dtype == torch.bfloat16 and x.is_cuda
-                 and torch.cuda.get_device_capability(x.device) >= (8, 0))
+        dense = m >= DENSE_MIN_M and x.dtype == torch.bfloat16 and (gpu.capability(x.device) or (0, 0)) >= (8, 0)
     if dense:  # T [2 (hi, lo), P, 128, K]: row r of T_g is the rotated e_r; then two dots per group
         if x.dtype != torch.bfloat16:
             raise ValueError(f"paroquant prologue: the tensor-core path takes bf16 activations, got {x.dtype}")
         t = group_matrices(tables, x.device)
-        dbm, dwarps = (128, 8) if mode == I8G else (64, 4)  # sweep_prologue, RESULTS run 7
+        dbm, dwarps = dense_tile(mode, gpu.capability(x.device) or (9, 0))
         bm, warps = bm or dbm, warps or dwarps
         _rotate_dense_kernel[(g, triton.cdiv(m, bm), parts)](x, t, a, s, rs, m, k, g, x.stride(0), BM=bm,
                                                              OUT_MODE=mode, num_warps=warps)

@@ -23,6 +23,8 @@ from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+from radiance.kernels import gpu
+from radiance.kernels.triton.gluon_compat import copy_to_shared, thread_barrier
 
 
 @functools.cache  # built once per tile: the launcher hashes them on every call
@@ -71,7 +73,7 @@ def _a_half(w, z, s, BN: gl.constexpr, A_L: gl.constexpr):
 def _fill(ring, A, a_off, g, G):
     # cp.async of group g's activations into one ring stage (the group clamped: a stage past the
     # range is filled and never read)
-    async_copy.async_copy_global_to_shared(ring, A + gl.minimum(g, G - 1) * 128 + a_off)
+    copy_to_shared(ring, A + gl.minimum(g, G - 1) * 128 + a_off)
     async_copy.commit_group()
 
 
@@ -116,7 +118,7 @@ def paro_wgmma_f16(A, W, SC, D, Y, BIAS, M, N, K, G, pb1, pb2,
     z, s = _scales(SC, D, rn, 0, N)
     async_copy.wait_group(RING - 2)
     fence_async_shared()
-    gl.thread_barrier()
+    thread_barrier()
     acc = gl.zeros([BN, BT], gl.float32, layout=MMA)
     a_prev = gl.zeros([BN, 64], gl.float16, layout=A_L)  # not `a1`: a name equal before and after the body is not carried
     for g in range(0, G):
@@ -131,7 +133,7 @@ def paro_wgmma_f16(A, W, SC, D, Y, BIAS, M, N, K, G, pb1, pb2,
         # group g + 1 landed (this thread's copies: wait_group; everyone's: the barrier)
         async_copy.wait_group(RING - 3)
         fence_async_shared()  # the cp.async writes (generic proxy) before the wgmma's reads (async proxy)
-        gl.thread_barrier()
+        thread_barrier()
         _fill(ring.index((g + RING - 1) % RING), A, a_off, g + RING - 1, G)
         a1 = _a_half(w1, z, s, BN, A_L)
         acc = warpgroup_mma(a1, b.slice(64, 64, dim=1).permute([1, 0]), acc, is_async=True)
@@ -156,7 +158,7 @@ def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has
     """paro_gemm.gemm's launch of the kind `wgmma` (args: its common argument tuple, the weights as
     int32 words): bm tokens x bn rows per program, num_warps 4 or 8 (warpgroups), num_stages >= 3."""
     a, _, _, wb, sc, d, y, bias, _, _, m, n, k, g, pb1, pb2, _, split = args
-    if torch.cuda.get_device_capability(y.device)[0] != 9:
+    if (gpu.capability(y.device) or (0, 0))[0] != 9:
         raise ValueError("paroquant wgmma: sm_90 only (wgmma); the deq / scratch kinds run elsewhere")
     if a.dtype != torch.float16 or split != 1 or num_warps not in (4, 8) or bn % (16 * num_warps) \
             or bm not in (64, 128, 256) or num_stages < 3:

@@ -26,6 +26,7 @@ import functools
 from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+from radiance.kernels.triton.gluon_compat import copy_to_shared
 
 from radiance.kernels.triton.paro_gemv_gluon import (program_tile, split_tile, store_tile, stream_bounds, stream_slot,
                                                        stream_tile, wait_for_producer)
@@ -137,7 +138,7 @@ def _tile_acc(Q, S, T, W, WS, M, N, K, G, t0, n0, g0, g1, ring, BN: gl.constexpr
     # measured slower: register moves, fewer programs per SM)
     if RING > 0:  # each thread reads back only the words it copied: no barrier, only wait_group
         for i in gl.static_range(RING - 1):
-            async_copy.async_copy_global_to_shared(ring.index(i), W + group_off(gl.minimum(g0 + i, g1 - 1), 8) + w_off)
+            copy_to_shared(ring.index(i), W + group_off(gl.minimum(g0 + i, g1 - 1), 8) + w_off)
             async_copy.commit_group()
     nxt = _step_loads(Q, S, T, W, WS, g0, g1, w_off, u_off, rn, tt, G, GU, RING == 0)
     for g in range(g0, g1, GU):
@@ -147,7 +148,7 @@ def _tile_acc(Q, S, T, W, WS, M, N, K, G, t0, n0, g0, g1, ring, BN: gl.constexpr
             async_copy.wait_group(RING - 2)
             wr = ring.index((g - g0) % RING).load(W_L)
             # into the buffer read one step ago
-            async_copy.async_copy_global_to_shared(ring.index((g - g0 + RING - 1) % RING),
+            copy_to_shared(ring.index((g - g0 + RING - 1) % RING),
                                                    W + group_off(gl.minimum(g + RING - 1, g1 - 1), 8) + w_off)
             async_copy.commit_group()
         for i in gl.static_range(GU):

@@ -21,6 +21,7 @@ import functools
 from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+from radiance.kernels.triton.gluon_compat import copy_to_shared, thread_barrier
 
 from radiance.kernels.triton.pq2_common import block_row, group_acc, group_off
 from radiance.kernels.triton.pq2_gluon import _bytes, _four, _plane, operand_layouts
@@ -81,9 +82,9 @@ def ring_fill(ring, sbuf, tbuf, Q, S, T, q_off, s_tok, g, G, QW: gl.constexpr):
     # cp.async of group g's activations, scales and group sums into one ring stage (the group
     # clamped: a stage past the range is filled and never read)
     gc = gl.minimum(g, G - 1)
-    async_copy.async_copy_global_to_shared(ring, Q + gc * (128 // QW) + q_off)
-    async_copy.async_copy_global_to_shared(sbuf, S + s_tok * G + gc)
-    async_copy.async_copy_global_to_shared(tbuf, T + s_tok * G + gc)
+    copy_to_shared(ring, Q + gc * (128 // QW) + q_off)
+    copy_to_shared(sbuf, S + s_tok * G + gc)
+    copy_to_shared(tbuf, T + s_tok * G + gc)
     async_copy.commit_group()
 
 
@@ -130,7 +131,7 @@ def pq2_mma_ring(Q, S, T, W, WS, Y, M, N, K, G,
                 w_n = gl.load(W + group_off(gl.minimum(g + 1, G - 1), 8) + w_off)
                 sw_n = gl.load(WS + rn * G + gl.minimum(g + 1, G - 1)).to(gl.float32)
                 async_copy.wait_group(RING - 2)
-                gl.thread_barrier()
+                thread_barrier()
                 st: gl.constexpr = (s + RING - 1) % RING
                 ring_fill(ring.slice(st * BT, BT), sring.index(st), tring.index(st), Q, S, T, q_off, s_tok, g + RING - 1, G, 4)
                 cur = ring.slice(s * BT, BT)

@@ -22,6 +22,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
+from radiance.kernels.triton.gluon_compat import thread_barrier
+
 from radiance.kernels.triton.pq2_common import group_acc, group_off
 from radiance.kernels.triton.pq2_gluon import _four, _plane
 from radiance.kernels.triton.pq2_gluon_ring import ring_fill, ring_offsets, store_tile
@@ -88,7 +90,7 @@ def pq2_wgmma(Q, S, T, W, WS, Y, M, N, K, G,
         # warp is past group g - 2's wgmma, so its stage takes group g + RING - 2
         async_copy.wait_group(RING - 3)
         fence_async_shared()  # the cp.async writes (generic proxy) before the wgmma's reads (async proxy)
-        gl.thread_barrier()
+        thread_barrier()
         st = (g + RING - 2) % RING
         ring_fill(ring.index(st), sring.index(st), tring.index(st), Q, S, T, q_off, s_tok, g + RING - 2, G, 1)
         cur = warpgroup_mma(_a_group(w, BN, A_L), ring.index(g % RING).permute([1, 0]), zero, use_acc=False,

@@ -21,8 +21,9 @@ Tokens past M are zero-filled by TMA and their scales wrap (never stored). Group
 from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                               warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait
+
+from radiance.kernels.triton.gluon_compat import copy_to_shared, thread_barrier, tma_load
 
 from radiance.kernels.triton.pq2_common import group_acc
 from radiance.kernels.triton.pq2_gluon_ring import store_tile
@@ -39,12 +40,12 @@ def _load(q_desc, w_desc, S, T, qring, wring, sring, tring, ready, empty, t0, wr
         s = g % RING
         mbarrier.wait(empty.index(s), ((g // RING) & 1) ^ 1)  # a fresh barrier's phase 1 counts as done
         fence_async_shared()  # the consumer's plain reads of this stage before the copies overwrite it
-        async_copy.async_copy_global_to_shared(sring.index(s), S + tok * G + g)
-        async_copy.async_copy_global_to_shared(tring.index(s), T + tok * G + g)
+        copy_to_shared(sring.index(s), S + tok * G + g)
+        copy_to_shared(tring.index(s), T + tok * G + g)
         async_copy.mbarrier_arrive(ready.index(s))  # the stage completes only once these landed too
         mbarrier.expect(ready.index(s), nbytes)
-        tma.async_copy_global_to_shared(q_desc, [t0, g * 128], ready.index(s), qring.index(s))
-        tma.async_copy_global_to_shared(w_desc, [wrow + g * 128, 0], ready.index(s), wring.index(s))
+        tma_load(q_desc, [t0, g * 128], ready.index(s), qring.index(s))
+        tma_load(w_desc, [wrow + g * 128, 0], ready.index(s), wring.index(s))
 
 
 @gluon.jit
@@ -69,7 +70,7 @@ def _fold(qring, wring, sring, tring, ready, empty, WS, n0, N, G, BN: gl.constex
         t = tring.index(s).load(LT)
         sa = sring.index(s).load(LT)
         dot = warpgroup_mma_wait(0, deps=[cur])
-        gl.thread_barrier()  # every warp of the group past its reads before the stage is handed back
+        thread_barrier()  # every warp of the group past its reads before the stage is handed back
         mbarrier.arrive(empty.index(s), count=1)
         acc = group_acc(acc, dot, t[None, :], sa[None, :], sw[:, None])
         sw = sw_n

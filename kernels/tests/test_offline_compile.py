@@ -1,0 +1,133 @@
+"""Every NVIDIA kernel variant the dispatch tables pick, compiled for the users' cards (sm_75 RTX
+2060, sm_86 RTX 3090) and the lent H200 (sm_90) with the Triton installed here -- no GPU needed
+(radiance.testing.offline_compile runs the real ops on CPU tensors and launches nothing).
+
+What it proves where no such card is: each path the tables choose for the benchmark shapes and odd
+ones, at every M band, under every kernel set and knob that changes the choice, compiles with this
+Triton (CI: the one torch 2.13 brings, as current vLLM images do; the device runs Triton 3.6), asks
+for no more shared memory than the card lets a block have, and spills no registers to local memory.
+Numerics are the gpu tests' job (test_pq2_gpu.py, test_paro_gpu.py on the device).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.integration  # minutes: ~300 kernel builds when Triton's cache is cold
+
+# the gpu tests' shapes (test_pq2_gpu.BENCH_SHAPES / ODD_SHAPES, test_paro_gpu.SHAPES)
+PQ2_SHAPES = [(34816, 5120), (5120, 17408), (14336, 5120), (5120, 6144), (248320, 5120), (1000, 384), (96, 5120),
+              (4100, 1152)]
+PQ2_MS = [1, 2, 3, 8, 9, 16, 17, 64, 65, 512, 2048]  # each band edge of pq2_table
+PARO_SHAPES = {"gate_up": ([34816], 5120), "down": ([5120], 17408), "qkv": ([14336], 5120), "out": ([5120], 6144),
+               "qkv_P3": ([12288, 1024, 1024], 5120), "gate_up_P2": ([17408, 17408], 5120), "odd_n": ([1000], 1280)}
+PARO_MS = [1, 2, 3, 8, 9, 16, 17, 64, 65, 256, 257, 2048]  # each band edge of paro_table
+KNOBS = ("RADIANCE_PQ2_KERNELS", "RADIANCE_PQ2_M1", "RADIANCE_PQ2_SMALL", "RADIANCE_PQ2_PREFILL", "RADIANCE_SKINNY_GEMM",
+         "RADIANCE_PQ_I8", "RADIANCE_PQ_GEMV", "RADIANCE_PQ_SCRATCH_GEMM", "RADIANCE_PQ_SCRATCH_ROWS",
+         "RADIANCE_PQ_DECODE_MAX_M", "RADIANCE_PDL", "TRITON_INTERPRET")
+
+# the kernels each card must have built: the tables' documented paths (pq2_table, paro_table)
+PQ2_EXPECT = {
+    "sm_75": {"_quant_groups", "pq2_gemv_dp4a"},
+    "sm_86": {"_quant_groups", "pq2_gemv_dp4a", "pq2_mma_gl", "pq2_planes_gemm", "pq2_legacy_gemm", "skinny_splitk_gemm"},
+    "sm_90": {"pq2_gemv_dp4a", "pq2_mma_gl", "pq2_planes_gemm", "pq2_ws", "pq2_wgmma", "pq2_legacy_gemm"},
+}
+PARO_EXPECT = {
+    "sm_75": {"_rotate_kernel", "paro_gemv_gl", "_dequant_kernel"},  # fp16 end to end: no output cast
+    "sm_86": {"_rotate_kernel", "_rotate_dense_kernel", "paro_mma_gl", "_paro_deqt_kernel", "_paro_deq_kernel",
+              "_paro_fold_kernel", "_dequant_kernel", "_cast_kernel"},
+    "sm_90": {"paro_mma_gl", "_paro_deqt_kernel", "paro_wgmma_f16", "_paro_fold_kernel", "_dequant_kernel"},
+}
+
+
+@pytest.fixture(autouse=True)
+def _plain_knobs(monkeypatch):
+    pytest.importorskip("triton.backends.nvidia")
+    for k in KNOBS:
+        monkeypatch.delenv(k, raising=False)
+
+
+def _triton_version() -> str:
+    import triton
+
+    return triton.__version__
+
+
+def _dtype(arch: str) -> torch.dtype:
+    return torch.float16 if arch == "sm_75" else torch.bfloat16  # no bf16 below sm_80: vLLM serves fp16 there
+
+
+def _check(built, arch: str, expect: set[str]) -> None:
+    from radiance.testing.offline_compile import CARDS
+
+    card = CARDS[arch]
+    names = {b.kernel for b in built}
+    problems = [f"the tables picked no {sorted(expect - names)} (built {sorted(names)})"] if expect - names else []
+    problems += [f"{b} asks for more than the {card.smem} bytes of shared memory a block may have" for b in built
+                 if b.shared > card.smem]
+    # a register cap is a measured trade of spills for programs per SM (the tables cite the run)
+    problems += [f"{b} spills registers to local memory" for b in built if b.local and not b.maxnreg]
+    assert not problems, f"{arch} ({card.name}), Triton {_triton_version()}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("arch", ["sm_75", "sm_86", "sm_90"])
+def test_pq2_kernels_compile_for(arch, monkeypatch):
+    from radiance.kernels import pq2_ops
+    from radiance.testing.offline_compile import compile_only
+
+    with compile_only(arch) as built:
+        for n, k in PQ2_SHAPES:
+            layer = pq2_ops.prepare(torch.zeros(n, k // 4, dtype=torch.uint8), torch.ones(n, k // 128, dtype=torch.float16))
+            for kernel_set in ("tuned", "exact", "legacy"):
+                for m in PQ2_MS:
+                    if n * k > 1 << 30 and m > 64:
+                        continue  # lm_head prefill: the same tiles as gate_up's (pq2_table), 5 GB of CPU activations
+                    pq2_ops.forward(layer, torch.randn(m, k, dtype=_dtype(arch)), kernel_set=kernel_set)
+        w = torch.zeros(96, 5120, dtype=_dtype(arch))  # the skinny unquantized projection, every M it covers
+        for m in range(1, 17):
+            pq2_ops.dense_linear(torch.randn(m, 5120, dtype=_dtype(arch)), w)
+        monkeypatch.setenv("RADIANCE_PQ2_PREFILL", "gluon_ring")  # the sm_80+ prefill switch's own kernel
+        if arch != "sm_75":
+            layer = pq2_ops.prepare(torch.zeros(5120, 1536, dtype=torch.uint8), torch.ones(5120, 48, dtype=torch.float16))
+            for m in (17, 512):
+                pq2_ops.forward(layer, torch.randn(m, 6144, dtype=_dtype(arch)))
+    _check(built, arch, PQ2_EXPECT[arch] | ({"pq2_mma_ring"} if arch != "sm_75" else set()))
+
+
+def _paro_layer(sizes, k):
+    """A paroquant linear of these partition sizes with all-zero codes and identity rotations:
+    the shapes and formats the kernels compile for (values are irrelevant, nothing runs)."""
+    from radiance.kernels import paro_ops
+    from radiance.kernels.formats.paroquant import ParoTensors
+    from radiance.kernels.triton import paro_random
+
+    g = k // 128
+    parts = [ParoTensors(torch.zeros(k, n // 8, dtype=torch.int32), torch.zeros(g, n // 8, dtype=torch.int32),
+                         torch.ones(g, n, dtype=torch.float16), torch.arange(128, dtype=torch.int16).repeat(8, g),
+                         torch.zeros(8, k // 2, dtype=torch.float16), torch.ones(1, k, dtype=torch.float16))
+             for n in sizes]
+    return paro_ops.prepare(*paro_random.merged(parts))
+
+
+@pytest.mark.parametrize("arch", ["sm_75", "sm_86", "sm_90"])
+def test_paroquant_kernels_compile_for(arch, monkeypatch):
+    from radiance.kernels import paro_ops
+    from radiance.testing.offline_compile import compile_only
+
+    # W4A16 as shipped; W4A8 (int8 tensor cores: sm_80+); every prefill row on the fused GEMM;
+    # the two CUDA-core M = 1 GEMVs the knob can pick
+    modes = [{}] + ([{"RADIANCE_PQ_I8": "1"}, {"RADIANCE_PQ_SCRATCH_GEMM": "0"}] if arch != "sm_75" else []) \
+        + [{"RADIANCE_PQ_GEMV": "gluon"}, {"RADIANCE_PQ_GEMV": "triton"}]
+    with compile_only(arch) as built:
+        for mode in modes:
+            for key, value in mode.items():
+                monkeypatch.setenv(key, value)
+            for sizes, k in PARO_SHAPES.values():
+                layer = _paro_layer(sizes, k)
+                for m in PARO_MS if len(mode) == 0 or "RADIANCE_PQ_GEMV" not in mode else [1]:
+                    paro_ops.forward(layer, torch.randn(m, k, dtype=_dtype(arch)))
+            for key in mode:
+                monkeypatch.delenv(key)
+    expect = PARO_EXPECT[arch] | {"paro_gemv_gl", "_paro_gemv_kernel"}
+    _check(built, arch, expect)
