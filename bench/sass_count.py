@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import re
 import subprocess
 import tempfile
@@ -24,6 +23,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 
 from radiance.kernels.triton import paro_gemm
+from radiance.testing.offline_compile import cuda_tool, resource_usage
 
 SIG = {"A": "*fp32", "S": "*fp32", "RS": "*fp32", "W": "*i32", "SC": "*fp16", "D": "*i8", "Y": "*bf16",
        "BIAS": "*fp32", "PART": "*fp32", "CNT": "*i32", "M": "i32", "N": "i32", "K": "i32", "G": "i32",
@@ -69,11 +69,8 @@ def main() -> None:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(k.asm["cubin"])
         f.flush()
-        nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
-        sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
-        res = subprocess.run([nvdisasm.replace("nvdisasm", "cuobjdump"), "-res-usage", f.name],
-                             capture_output=True, text=True, check=True).stdout
-        usage = " ".join(re.findall(r"(REG:\d+|STACK:\d+|SHARED:\d+|LOCAL:\d+)", res))
+        sass = subprocess.run([cuda_tool("nvdisasm"), "-c", f.name], capture_output=True, text=True, check=True).stdout
+    usage = " ".join(f"{name}:{n}" for name, n in resource_usage(k.asm["cubin"]).items())
     ops = collections.Counter(m.group(1).split(".")[0]
                               for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass))
     loads = collections.Counter(re.findall(r"LDG\.E[.\w]*", sass))

@@ -30,14 +30,16 @@ KNOBS = ("RADIANCE_PQ2_KERNELS", "RADIANCE_PQ2_M1", "RADIANCE_PQ2_SMALL", "RADIA
 # the kernels each card must have built: the tables' documented paths (pq2_table, paro_table)
 PQ2_EXPECT = {
     "sm_75": {"_quant_groups", "pq2_gemv_dp4a"},
-    "sm_86": {"_quant_groups", "pq2_gemv_dp4a", "pq2_mma_gl", "pq2_planes_gemm", "pq2_legacy_gemm", "skinny_splitk_gemm"},
-    "sm_90": {"pq2_gemv_dp4a", "pq2_mma_gl", "pq2_planes_gemm", "pq2_ws", "pq2_wgmma", "pq2_legacy_gemm"},
+    "sm_86": {"_quant_groups", "pq2_gemv_dp4a", "pq2_mma_gl", "pq2_planes_gemm", "pq2_legacy_gemm", "skinny_splitk_gemm",
+              "pq2_mma_ring"},
+    "sm_90": {"pq2_gemv_dp4a", "pq2_mma_gl", "pq2_planes_gemm", "pq2_ws", "pq2_wgmma", "pq2_legacy_gemm", "pq2_mma_ring"},
 }
-PARO_EXPECT = {
-    "sm_75": {"_rotate_kernel", "paro_gemv_gl", "_dequant_kernel"},  # fp16 end to end: no output cast
+PARO_EXPECT = {  # the two CUDA-core GEMVs (RADIANCE_PQ_GEMV) on every card
+    "sm_75": {"_rotate_kernel", "paro_gemv_gl", "_paro_gemv_kernel", "_dequant_kernel"},  # fp16 throughout: no cast
     "sm_86": {"_rotate_kernel", "_rotate_dense_kernel", "paro_mma_gl", "_paro_deqt_kernel", "_paro_deq_kernel",
-              "_paro_fold_kernel", "_dequant_kernel", "_cast_kernel"},
-    "sm_90": {"paro_mma_gl", "_paro_deqt_kernel", "paro_wgmma_f16", "_paro_fold_kernel", "_dequant_kernel"},
+              "_paro_fold_kernel", "_dequant_kernel", "_cast_kernel", "paro_gemv_gl", "_paro_gemv_kernel"},
+    "sm_90": {"paro_mma_gl", "_paro_deqt_kernel", "paro_wgmma_f16", "_paro_fold_kernel", "_dequant_kernel",
+              "paro_gemv_gl", "_paro_gemv_kernel"},
 }
 
 
@@ -87,12 +89,12 @@ def test_pq2_kernels_compile_for(arch, monkeypatch):
         w = torch.zeros(96, 5120, dtype=_dtype(arch))  # the skinny unquantized projection, every M it covers
         for m in range(1, 17):
             pq2_ops.dense_linear(torch.randn(m, 5120, dtype=_dtype(arch)), w)
-        monkeypatch.setenv("RADIANCE_PQ2_PREFILL", "gluon_ring")  # the sm_80+ prefill switch's own kernel
-        if arch != "sm_75":
+        if arch != "sm_75":  # the sm_80+ prefill switch's own kernel
+            monkeypatch.setenv("RADIANCE_PQ2_PREFILL", "gluon_ring")
             layer = pq2_ops.prepare(torch.zeros(5120, 1536, dtype=torch.uint8), torch.ones(5120, 48, dtype=torch.float16))
             for m in (17, 512):
                 pq2_ops.forward(layer, torch.randn(m, 6144, dtype=_dtype(arch)))
-    _check(built, arch, PQ2_EXPECT[arch] | ({"pq2_mma_ring"} if arch != "sm_75" else set()))
+    _check(built, arch, PQ2_EXPECT[arch])
 
 
 def _paro_layer(sizes, k):
@@ -121,13 +123,11 @@ def test_paroquant_kernels_compile_for(arch, monkeypatch):
         + [{"RADIANCE_PQ_GEMV": "gluon"}, {"RADIANCE_PQ_GEMV": "triton"}]
     with compile_only(arch) as built:
         for mode in modes:
-            for key, value in mode.items():
-                monkeypatch.setenv(key, value)
-            for sizes, k in PARO_SHAPES.values():
-                layer = _paro_layer(sizes, k)
-                for m in PARO_MS if len(mode) == 0 or "RADIANCE_PQ_GEMV" not in mode else [1]:
-                    paro_ops.forward(layer, torch.randn(m, k, dtype=_dtype(arch)))
-            for key in mode:
-                monkeypatch.delenv(key)
-    expect = PARO_EXPECT[arch] | {"paro_gemv_gl", "_paro_gemv_kernel"}
-    _check(built, arch, expect)
+            with monkeypatch.context() as knobs:
+                for key, value in mode.items():
+                    knobs.setenv(key, value)
+                for sizes, k in PARO_SHAPES.values():
+                    layer = _paro_layer(sizes, k)
+                    for m in [1] if "RADIANCE_PQ_GEMV" in mode else PARO_MS:
+                        paro_ops.forward(layer, torch.randn(m, k, dtype=_dtype(arch)))
+    _check(built, arch, PARO_EXPECT[arch])

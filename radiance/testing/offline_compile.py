@@ -41,7 +41,6 @@ CARDS = {
 @dataclass(frozen=True)
 class Compiled:
     kernel: str
-    arch: str
     shared: int  # bytes the launch asks for
     regs: int
     local: int  # bytes of local memory per thread (spills / stack arrays)
@@ -68,10 +67,11 @@ class _OfflineDriver:
         return torch.device("cpu")
 
 
-def _cuobjdump() -> str:
+def cuda_tool(name: str) -> str:
+    """The path of a CUDA binary Triton ships with its NVIDIA backend (cuobjdump, nvdisasm, ptxas)."""
     import triton
 
-    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
 def resource_usage(cubin: bytes) -> dict[str, int]:
@@ -79,7 +79,8 @@ def resource_usage(cubin: bytes) -> dict[str, int]:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        out = subprocess.run([_cuobjdump(), "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([cuda_tool("cuobjdump"), "-res-usage", f.name], capture_output=True, text=True,
+                             check=True).stdout
     return {k: int(v) for k, v in re.findall(r"(REG|SHARED|LOCAL|STACK):(\d+)", out)}
 
 
@@ -108,7 +109,7 @@ def compile_only(arch: str):
                 seen.add(id(kernel))
                 use = resource_usage(kernel.asm["cubin"])
                 plain = {k: v for k, v in sorted(kwargs.items()) if isinstance(v, (bool, int, str))}
-                built.append(Compiled(fn.__name__, arch, kernel.metadata.shared, use.get("REG", 0),
+                built.append(Compiled(fn.__name__, kernel.metadata.shared, use.get("REG", 0),
                                       use.get("LOCAL", 0) + use.get("STACK", 0), kwargs.get("maxnreg", 0), str(plain)))
             return kernel
         return run
