@@ -42,12 +42,13 @@ def quantize_cmd(
     krot: Annotated[int, typer.Option("--krot", help="paroquant rotation layers, 1..8.")] = 8,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random rotations.")] = 0,
     skip: Annotated[list[str] | None, typer.Option("--skip", help="Extra regex of module names left unquantized (repeatable).")] = None,
+    device: Annotated[str, typer.Option("--device", help="Where the math runs: cpu or cuda (same codes up to float rounding order).")] = "cpu",
 ) -> None:
     """Quantize SRC into OUT as paroquant (asymmetric int4 RTN per 128-group) or pq2 (ternary)."""
     from radiance.kernels.formats import FormatError
     from radiance.quantize.convert import QuantizeError, QuantizeOptions, quantize_checkpoint
 
-    opts = QuantizeOptions(format, rotation, krot, seed, tuple(skip or ()))
+    opts = QuantizeOptions(format, rotation, krot, seed, tuple(skip or ()), device)
     try:
         typer.echo(quantize_checkpoint(src, out, opts))
     except (QuantizeError, FormatError) as e:

@@ -54,6 +54,8 @@ class QuantizeOptions:
     krot: int = 8
     seed: int = 0
     skip: tuple[str, ...] = field(default_factory=tuple)
+    # where the math runs; the codes are the same up to float rounding order, so it is not recorded
+    device: str = field(default="cpu", compare=False)
 
     def check(self) -> None:
         if self.format not in FORMATS:
@@ -62,6 +64,10 @@ class QuantizeOptions:
             raise QuantizeError(f"--rotation {self.rotation!r}: use one of {', '.join(ROTATIONS)}")
         if not 1 <= self.krot <= MAX_KROT:
             raise QuantizeError(f"--krot {self.krot}: must be between 1 and {MAX_KROT}")
+        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise QuantizeError(f"--device {self.device!r}: use cpu or cuda")
+        if self.device != "cpu" and not torch.cuda.is_available():
+            raise QuantizeError(f"--device {self.device}: no CUDA GPU is visible here; use --device cpu")
         for rx in self.skip:
             try:
                 re.compile(rx)
@@ -69,7 +75,9 @@ class QuantizeOptions:
                 raise QuantizeError(f"--skip {rx!r} is not a valid regex: {e}") from None
 
     def record(self) -> dict:
-        return {**asdict(self), "skip": list(self.skip)}
+        rec = {**asdict(self), "skip": list(self.skip)}
+        del rec["device"]
+        return rec
 
     def quantization_config(self) -> dict:
         if self.format == "pq2":
@@ -102,6 +110,11 @@ def is_quantized_linear(name: str, shape: list[int], skip: list[re.Pattern]) -> 
 
 
 def quantize_linear(prefix: str, w: torch.Tensor, opts: QuantizeOptions) -> dict[str, torch.Tensor]:
+    state = _quantize_linear(prefix, w.to(opts.device), opts)
+    return {name: t.cpu() for name, t in state.items()}
+
+
+def _quantize_linear(prefix: str, w: torch.Tensor, opts: QuantizeOptions) -> dict[str, torch.Tensor]:
     n, k = w.shape
     if k % 128:
         raise QuantizeError(
@@ -121,7 +134,9 @@ def quantize_linear(prefix: str, w: torch.Tensor, opts: QuantizeOptions) -> dict
         gen = torch.Generator().manual_seed((zlib.crc32(prefix.encode()) + opts.seed * 0x9E3779B1) % 2**32)
         pairs, theta = rtn.random_rotation(k, opts.krot, gen)
         cs = torch.exp2((torch.rand(1, k, generator=gen) - 0.5) * 0.5)
-    t = rtn.paroquant_linear_tensors(w, pairs, theta, cs)
+    # the rotation is drawn on the CPU (the same seed gives the same checkpoint on every device)
+    cs = None if cs is None else cs.to(w.device)
+    t = rtn.paroquant_linear_tensors(w, pairs.to(w.device), theta.to(w.device), cs)
     paro_fmt.validate(t, prefix)
     return t.to_state(prefix)
 

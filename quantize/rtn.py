@@ -61,7 +61,7 @@ def paroquant_linear_tensors(
 ) -> ParoTensors:
     """Quantize W so that ((x * cs) R^T) dequant(Q)^T ~= x W^T: RTN of rotate(W / cs) row-wise."""
     n, k = w.shape
-    cs = torch.ones(1, k, dtype=torch.float16) if channel_scales is None else channel_scales.to(torch.float16)
+    cs = torch.ones(1, k, dtype=torch.float16, device=w.device) if channel_scales is None else channel_scales.to(torch.float16)
     # one batched matmul per linear instead of krot gathers: the quantizer must stay fast on 2 cores
     mats = group_rotation_matrices(rotation_plan(pairs, theta))
     w_rot = apply_group_matrices(w.to(torch.float32) / cs.to(torch.float32), mats)

@@ -148,3 +148,27 @@ def test_sharded_source_keeps_shards_and_rewrites_index(tiny_src, tmp_path):
         with safe_open(out / shard, "pt") as f:
             assert name in f.keys()
     assert "model.layers.0.mlp.down_proj.qweight" in new_index and "model.layers.0.mlp.down_proj.weight" not in new_index
+
+
+def test_device_cuda_without_gpu_is_refused(tiny_src, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible here")
+    r = CliRunner().invoke(app, ["quantize", str(tiny_src), str(tmp_path / "o"), "--format", "pq2", "--device", "cuda"])
+    assert r.exit_code == 2 and "--device cuda: no CUDA GPU is visible here" in r.output
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["paroquant", "pq2"])
+def test_device_cuda_matches_cpu(tiny_src, tmp_path, fmt):
+    # the same codes up to float rounding order: at most a handful of ties land on the other code
+    cpu = _load(quantize_checkpoint(tiny_src, tmp_path / "cpu", QuantizeOptions(fmt, "random", 8, 1), progress=False))
+    gpu = _load(quantize_checkpoint(tiny_src, tmp_path / "gpu", QuantizeOptions(fmt, "random", 8, 1, device="cuda"),
+                                    progress=False))
+    assert cpu.keys() == gpu.keys()
+    for name, t in cpu.items():
+        assert t.dtype == gpu[name].dtype and t.shape == gpu[name].shape, name
+        if t.dtype in (torch.int32, torch.uint8):
+            assert (t != gpu[name]).float().mean() < 1e-3, name
+        else:
+            torch.testing.assert_close(t.float(), gpu[name].float(), rtol=1e-3, atol=1e-4)
