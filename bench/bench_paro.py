@@ -1,6 +1,8 @@
 """paroquant kernel benchmark (one script, one device call): W4A16 / W4A8 against cuBLAS bf16,
-torch's tinygemm int4 (`_weight_int4pack_mm`), gemlite A16W4 / A8W4, and the 4.25-bit roofline
-from the copy bandwidth measured in this run. Every timing is the median of CUDA-graph replays over
+vLLM's own int4 kernels on the same codes (what `awq_marlin` serves: Machete, vLLM's choice on
+sm_90, and Marlin's gptq_marlin_gemm), torch's tinygemm int4 (`_weight_int4pack_mm`), gemlite
+A16W4 / A8W4 when carried, and the 4.25-bit roofline from the streaming-read bandwidth measured
+in this run (timing.run_header). Every timing is the median of CUDA-graph replays over
 a rotation of weight copies larger than L2 (random data, never zeros). Also: the prologue alone,
 tile variants (best reported beside the default), and one decode step of a 4-layer 27B-class
 Qwen-shaped stack against the same stack in bf16.
@@ -12,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import math
 import os
@@ -21,8 +22,8 @@ import time
 
 import torch
 
-from baselines import gemlite_layer  # bench/ (run from the repo root or bench/)
-from timing import copy_bandwidth, graph_time
+from baselines import gemlite_layer, vllm_awq_layer  # bench/ (run from the repo root or bench/)
+from timing import graph_time, run_header
 
 from radiance.kernels import paro_ops as ops
 from radiance.kernels.triton import paro_random as rnd
@@ -81,6 +82,18 @@ def tinygemm_layers(n, k, count):
         sz = (torch.rand(k // 128, n, 2, device="cuda") * 0.01).to(torch.bfloat16)
         out.append((wp, sz))
     return out
+
+
+def vllm_layers(n, k, count, gen, kernel):
+    """vLLM's AWQ linear on `kernel` over `count` random layers (distinct weights: L2 busting)."""
+    out = []
+    for _ in range(count):
+        t = rnd.random_layer(n, k, gen)
+        out.append(vllm_awq_layer(t.qweight, t.qzeros, t.scales, kernel))
+    return out
+
+
+VLLM_KERNELS = {"machete": "MacheteLinearKernel", "marlin": "MarlinLinearKernel"}
 
 
 def gemlite_layers(n, k, count, kind):
@@ -167,10 +180,7 @@ def main():
     sweep_ms = set(map(int, args.sweep_ms.split(",")))
     torch.manual_seed(0)
     gen = torch.Generator(device="cuda").manual_seed(0)
-    gpu = torch.cuda.get_device_name()
-    date = datetime.date.today().isoformat()
-    bw = copy_bandwidth()
-    print(f"# {gpu}  torch {torch.__version__}  copy {bw / 1e9:.0f} GB/s", flush=True)
+    date, gpu, bw = run_header()
     gl_ok = True
     try:
         import gemlite
@@ -212,6 +222,12 @@ def main():
                 tg = tinygemm_layers(n, k, copies)
             except Exception as e:
                 print(f"# tinygemm {name}: {e!r}", flush=True)
+        vls = {}
+        for col, kernel in (VLLM_KERNELS.items() if len(sizes) == 1 else ()):
+            try:
+                vls[col] = vllm_layers(n, k, copies, gen, kernel)
+            except Exception as e:  # reported: the rows carry <col>_us = null
+                print(f"# vLLM {kernel} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
         gls = {}
         if gl_ok and len(sizes) == 1:
             for kind in ("a16w4", "a8w4"):
@@ -221,7 +237,7 @@ def main():
                     print(f"# gemlite {kind} {name}: {e!r}", flush=True)
         print(f"# {name} N={n} K={k} copies={copies} setup {time.time() - t0:.1f}s", flush=True)
         for m in map(int, args.ms.split(",")):
-            roof = wbytes / bw * 1e6  # the weight read once at the copy's read+write byte rate
+            roof = wbytes / bw * 1e6  # the weight read once at this run's streaming-read rate
             xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
             cub = graph_time([lambda w=w, x=xs[i % 4]: x @ w.t() for i, w in enumerate(wbf)])
             tgt = None
@@ -232,6 +248,12 @@ def main():
                 except Exception as e:
                     print(f"# tinygemm {name} M={m}: {e!r}", flush=True)
                     tg = None
+            vlt = {}
+            for col, vl in (vls.items() if m in BASELINE_MS else ()):
+                try:
+                    vlt[col] = graph_time([lambda f=f, x=xs[i % 4]: f(x) for i, f in enumerate(vl)])
+                except Exception as e:
+                    print(f"# vLLM {col} {name} M={m}: {type(e).__name__}: {str(e)[:200]}", flush=True)
             glt = {}
             for kind, gl in (gls.items() if m in BASELINE_MS else ()):
                 try:
@@ -275,15 +297,21 @@ def main():
                 gl_us = glt.get(gkind)
                 emit({"path": label, "N": n, "K": k, "M": m, "us": round(us, 2), "roofline_us": round(roof, 2),
                       "cublas_bf16_us": round(cub, 2), "gemlite_us": gl_us and round(gl_us, 2),
-                      "tinygemm_us": tgt and round(tgt, 2), "shape": name, "tile": path_name(layers[0], m),
+                      "tinygemm_us": tgt and round(tgt, 2), "machete_us": _r(vlt.get("machete")),
+                      "marlin_us": _r(vlt.get("marlin")), "shape": name, "tile": path_name(layers[0], m),
                       "best_us": round(best, 2), "best_tile": str(best_t), "tried_us": tried or None})
                 line.append(f"{label}={us:7.1f}(best {best:7.1f})")
             print(f"{name:10s} M={m:5d} roof={roof:6.1f} cublas={cub:7.1f} tiny={tgt or float('nan'):7.1f} "
+                  f"machete={vlt.get('machete', float('nan')):7.1f} marlin={vlt.get('marlin', float('nan')):7.1f} "
                   f"gl16={glt.get('a16w4', float('nan')):7.1f} gl8={glt.get('a8w4', float('nan')):7.1f} "
                   + " ".join(line), flush=True)
-        del p16, p8, base16, base8, wbf, tg, gls
+        del p16, p8, base16, base8, wbf, tg, gls, vls
         torch.cuda.empty_cache()
     write_md(rows, os.path.join(args.out, "RESULTS-paro.md"), gpu, bw)
+
+
+def _r(v):
+    return None if v is None else round(v, 2)
 
 
 def bench_prologue(gen, emit):
@@ -332,14 +360,15 @@ def bench_stack(gen, emit, layers=4):
 
 
 def write_md(rows, path, gpu, bw):
-    lines = [f"# paroquant kernels on {gpu} (copy {bw / 1e9:.0f} GB/s)", "",
-             "| shape | N | K | M | path | µs | best µs (tile) | roofline | cuBLAS bf16 | tinygemm | gemlite |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"# paroquant kernels on {gpu} (streaming read {bw / 1e9:.0f} GB/s)", "",
+             "| shape | N | K | M | path | µs | best µs (tile) | roofline | cuBLAS bf16 | Machete | Marlin | tinygemm | gemlite |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r.get("shape"):
             f = lambda v: "—" if v is None else f"{v:.1f}"  # noqa: E731
             lines.append(f"| {r['shape']} | {r['N']} | {r['K']} | {r['M']} | {r['path']} | {r['us']:.1f} | "
                          f"{r['best_us']:.1f} ({r['best_tile']}) | {f(r['roofline_us'])} | {f(r['cublas_bf16_us'])} | "
+                         f"{f(r.get('machete_us'))} | {f(r.get('marlin_us'))} | "
                          f"{f(r['tinygemm_us'])} | {f(r['gemlite_us'])} |")
     lines += ["", "| other | K | M | P | µs |", "|---|---|---|---|---|"]
     for r in rows:

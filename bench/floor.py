@@ -19,7 +19,6 @@ and format (pq2 2.125 bits, paroquant 4.25 bits), under CUDA graphs with copies 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 
@@ -29,27 +28,11 @@ import triton.language as tl
 
 from bench_paro import share_weights  # bench/ (run from the repo root or bench/)
 from bench_pq2 import SHAPES, copies_for, make_layers
-from timing import graph_time, run_header
+from timing import READ_TILES, best_read, graph_time, read_fn, run_header
 
 from radiance.kernels import paro_ops, pq2_ops
 from radiance.kernels.triton import paro_random as rnd
 from radiance.kernels.triton import paro_rotate as pr
-
-# (16-byte vectors per step, steps per program, warps): every step's load is issued before the xor
-READ_TILES = list(itertools.product((256, 512, 1024), (1, 2, 4, 8), (4, 8)))
-
-
-@triton.jit
-def stream_read(W, OUT, n_vec, CHUNK: tl.constexpr, STEPS: tl.constexpr):
-    # W read once as [CHUNK, 4] int32 tiles (one 16-byte load per thread and step); the xor keeps
-    # every load live, one word per program is written
-    v = tl.program_id(0) * (CHUNK * STEPS) + tl.arange(0, CHUNK)
-    acc = tl.zeros([CHUNK, 4], tl.int32)
-    for s in tl.static_range(STEPS):
-        o = v + s * CHUNK
-        acc ^= tl.load(W + o[:, None] * 4 + tl.arange(0, 4)[None, :], mask=o[:, None] < n_vec, other=0)
-    tl.store(OUT + tl.program_id(0), tl.xor_sum(tl.xor_sum(acc, 1), 0))
-
 
 @triton.jit
 def null_kernel(OUT, n):
@@ -65,20 +48,6 @@ def launch_cost(out: torch.Tensor) -> dict[str, float]:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     return {f"floor_null_{g}": graph_time([lambda g=g: null_kernel[(g,)](out, 0, num_warps=4)] * 8)
             for g in (1, sms, 4 * sms)}
-
-
-def read_fn(buf: torch.Tensor, out: torch.Tensor, tile):
-    chunk, steps, warps = tile
-    n_vec = buf.numel() // 4
-    grid = (triton.cdiv(n_vec, chunk * steps),)
-    return lambda: stream_read[grid](buf, out, n_vec, CHUNK=chunk, STEPS=steps, num_warps=warps)
-
-
-def best_read(bufs: list[torch.Tensor], out: torch.Tensor) -> tuple[float, tuple]:
-    """The fastest READ_TILES entry reading the copies in `bufs` (one per layer copy) in turn."""
-    times = {t: graph_time([read_fn(b, out, t) for b in bufs]) for t in READ_TILES}
-    tile = min(times, key=times.get)
-    return times[tile], tile
 
 
 def pq2_bytes(n, k):

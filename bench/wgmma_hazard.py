@@ -94,18 +94,15 @@ def _compile(which: str, tile: str, overlap: bool) -> str:
 
     bt, bn, warps, ring = map(int, tile.split(","))
     if which == "paro":
-        from radiance.kernels.triton.paro_wgmma import paro_wgmma_f16 as fn, wgmma_layouts
-        w_l, c_l = wgmma_layouts(bn, warps, bt)
+        from radiance.kernels.triton.paro_wgmma import paro_wgmma_f16 as fn
         sig = {"A": "*fp16", "W": "*i32", "SC": "*fp16", "D": "*i8", "Y": "*bf16", "BIAS": "*fp32", "M": "i32",
                "N": "i32", "K": "i32", "G": "i32", "pb1": "i32", "pb2": "i32"}
-        const = {"BN": bn, "BT": bt, "WARPS": warps, "RING": ring, "HAS_BIAS": False, "W_L": w_l, "C_L": c_l}
+        const = {"BN": bn, "BT": bt, "WARPS": warps, "RING": ring, "HAS_BIAS": False}
     else:
-        from radiance.kernels.triton.pq2_gluon_wgmma import pq2_wgmma as fn, wgmma_layouts
-        w_l, c_l, s_l = wgmma_layouts(bn, warps, bt)
+        from radiance.kernels.triton.pq2_gluon_wgmma import pq2_wgmma as fn
         sig = {"Q": "*i8", "S": "*fp32", "T": "*i32", "W": "*i32", "WS": "*fp16", "Y": "*bf16", "M": "i32",
                "N": "i32", "K": "i32", "G": "i32"}
-        const = {"BN": bn, "BT": bt, "WARPS": warps, "RING": ring, "OVERLAP": overlap, "W_L": w_l, "C_L": c_l,
-                 "S_L": s_l}
+        const = {"BN": bn, "BT": bt, "WARPS": warps, "RING": ring, "OVERLAP": overlap}
     names = list(sig)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n].startswith("*") or n in ("N", "K")}
     src = GluonASTSource(fn=fn, constexprs=const, attrs=attrs, signature={**sig, **{k: "constexpr" for k in const}})

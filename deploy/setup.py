@@ -178,6 +178,10 @@ def kernels(sf: StackFile, names: list[str], check: bool, say: Callable[[str], N
         if s.arch == "cpu":
             steps.append(Step(f"kernels {n}", "skipped", "cpu: the torch reference path has no kernels"))
             continue
+        if s.arch.startswith("sm_"):  # warmed for the checkpoint's shapes on the GPU it serves on
+            steps.append(Step(f"kernels {n}", "skipped", f"{s.arch}: radiance-launch compiles the Triton kernels "
+                              "on the stack's GPU at its first start (later starts reuse them)"))
+            continue
         try:
             plan = resolve_plan(sf, n, "prod", os.environ)
         except (PlanError, ValueError) as e:

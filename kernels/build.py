@@ -8,15 +8,19 @@ A second call with the same key finds the finished entry and builds nothing (`bu
 Per-arch builders:
   cpu      nothing to build: the CPU path is the exact torch reference (BuildResult(None, False)).
   gfx*     radiance.kernels.hip.build.compile_hip -> <entry>/radiance_hip.so (hipcc, in the image).
-  sm_*     Triton warm-up: each callable in radiance.kernels.triton.WARMUP runs once with
-           TRITON_CACHE_DIR pointing at the stack's compile cache. No kernel needs a warm-up yet
-           (Triton compiles on first call), so today this records a manifest and compiles nothing.
+  sm_*     Triton warm-up (kernels/warmup.py): every kernel variant the tables pick for the
+           checkpoint's linears (`specs`) at every row count is compiled on the GPU, in a child
+           process, into TRITON_CACHE_DIR (from `env`: the stack's compile cache); the manifest
+           records how many. The specs are part of the key (the caller hashes them into `flags`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +29,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from radiance import atomic
+from radiance.kernels.warmup import NO_GPU, LinearSpec, specs_json
 
 KERNELS_DIR = Path(__file__).resolve().parent
 MANIFEST = "manifest.json"
@@ -63,8 +68,8 @@ def source_files(arch: str, src_dir: Path | None = None) -> list[Path]:
         from radiance.kernels.hip.build import source_files as hip_sources
 
         return hip_sources(src)
-    if fam == "triton":
-        return sorted(src.glob("*.py"))
+    if fam == "triton":  # the kernels and the tables and ops that choose them
+        return sorted(src.glob("*.py")) + sorted(src.parent.glob("*.py"))
     return []
 
 
@@ -91,7 +96,7 @@ def kernel_dir(arch: str, cache_dir: Path, flags: Sequence[str] = (), src_dir: P
     return Path(cache_dir) / f"{arch}-{build_key(arch, flags, src_dir)}"
 
 
-def _build_hip(arch: str, src_dir: Path, flags: Sequence[str], out: Path) -> list[str]:
+def _build_hip(arch: str, src_dir: Path, flags: Sequence[str], out: Path, **_) -> list[str]:
     from radiance.kernels.hip.build import HipBuildError, HipToolchainMissing, compile_hip
 
     try:
@@ -103,24 +108,45 @@ def _build_hip(arch: str, src_dir: Path, flags: Sequence[str], out: Path) -> lis
     return [HIP_LIBRARY]
 
 
-def _build_triton(arch: str, src_dir: Path, flags: Sequence[str], out: Path) -> list[str]:
-    import radiance.kernels.triton as tk
+def _build_triton(arch: str, src_dir: Path, flags: Sequence[str], out: Path, *, specs: Sequence[LinearSpec] = (),
+                  env: dict[str, str] | None = None) -> list:
+    """Warm the specs' kernels on this machine's GPU in a child process (its CUDA context ends with
+    it: the launcher execs vLLM next). Returns [the warm-up report]."""
+    if not specs:
+        return []
+    (out / "specs.json").write_text(specs_json(list(specs)) + "\n")
+    report = out / "warm.json"
+    cmd = [sys.executable, "-m", "radiance.kernels.warmup", "--specs", str(out / "specs.json"), "--report", str(report)]
+    proc = subprocess.run(cmd, env={**os.environ, **(env or {})}, capture_output=True, text=True)
+    if proc.returncode == NO_GPU:
+        raise KernelBuildError(f"the {arch} kernels are compiled on the GPU the stack serves on, and this process "
+                               "sees no CUDA device (CUDA_VISIBLE_DEVICES, the container's GPU access)")
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-12:])
+        raise KernelBuildError(f"the {arch} kernels did not compile with Triton {_triton_version()} "
+                               f"(radiance is tested with Triton 3.6 and 3.9):\n{tail}")
+    return [json.loads(report.read_text())]
 
-    warmed = []
-    for fn in getattr(tk, "WARMUP", ()):
-        fn()
-        warmed.append(f"{fn.__module__}.{fn.__qualname__}")
-    return warmed
+
+def _triton_version() -> str:
+    try:
+        import triton
+
+        return triton.__version__
+    except ImportError:
+        return "(not installed)"
 
 
-BUILDERS: dict[str, Callable[[str, Path, Sequence[str], Path], list[str]]] = {
+BUILDERS: dict[str, Callable[..., list]] = {
     "hip": _build_hip,
     "triton": _build_triton,
 }
 
 
-def build_kernels(arch: str, cache_dir: Path, flags: Sequence[str] = (), *, src_dir: Path | None = None) -> BuildResult:
-    """Build (or reuse) the kernels for `arch` under `cache_dir`. Raises KernelBuildError."""
+def build_kernels(arch: str, cache_dir: Path, flags: Sequence[str] = (), *, src_dir: Path | None = None,
+                  specs: Sequence[LinearSpec] = (), env: dict[str, str] | None = None) -> BuildResult:
+    """Build (or reuse) the kernels for `arch` under `cache_dir`. Raises KernelBuildError.
+    specs / env: the NVIDIA warm-up's linears and environment (ignored elsewhere)."""
     fam = family(arch)
     if fam == "cpu":
         return BuildResult(None, False, "cpu")
@@ -135,7 +161,7 @@ def build_kernels(arch: str, cache_dir: Path, flags: Sequence[str] = (), *, src_
         t0 = time.monotonic()
         try:
             with atomic.directory(final) as tmp:
-                outputs = BUILDERS[fam](arch, src, flags, tmp)
+                outputs = BUILDERS[fam](arch, src, flags, tmp, specs=specs, env=env)
                 atomic.write_text(tmp / MANIFEST, json.dumps({
                     "arch": arch, "flags": list(flags), "key": key, "outputs": outputs,
                     "sources": [p.name for p in source_files(arch, src)],

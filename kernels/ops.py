@@ -155,13 +155,15 @@ def check_partitions(prep: PreparedLinear, xs: tuple[torch.Tensor, ...]) -> None
 def prepare_paroquant(
     qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
     rotations: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], partition_sizes: list[int],
+    platform: str | None = None,
 ) -> PreparedLinear:
     """qweight/qzeros/scales concatenated along N over the partitions; one (pairs, theta,
-    channel_scales) per partition. Identical adjacent rotations are merged."""
+    channel_scales) per partition. Identical adjacent rotations are merged. `platform`: the
+    tensors' device's unless given (the offline compile check prepares CPU tensors for a GPU)."""
     distinct, runs = dedup_rotations(rotations, partition_sizes)
     k, n = int(qweight.shape[0]), int(scales.shape[1])
     prep = PreparedLinear(
-        method="paroquant", platform=platform_of(qweight.device), in_features=k, out_features=n,
+        method="paroquant", platform=platform or platform_of(qweight.device), in_features=k, out_features=n,
         runs=runs, decode_max_m=knob_int("RADIANCE_PQ_DECODE_MAX_M"), kernel_set=kernel_set("paroquant"),
     )
     for pairs, theta, cs in distinct:
@@ -171,21 +173,21 @@ def prepare_paroquant(
     return prep
 
 
-def prepare_pq2(qweight: torch.Tensor, scales: torch.Tensor) -> PreparedLinear:
+def prepare_pq2(qweight: torch.Tensor, scales: torch.Tensor, platform: str | None = None) -> PreparedLinear:
     n, k = int(qweight.shape[0]), int(qweight.shape[1]) * 4
     prep = PreparedLinear(
-        method="pq2", platform=platform_of(qweight.device), in_features=k, out_features=n,
+        method="pq2", platform=platform or platform_of(qweight.device), in_features=k, out_features=n,
         runs=[Run(0, n, -1)], decode_max_m=knob_int("RADIANCE_PQ_DECODE_MAX_M"), kernel_set=kernel_set("pq2"),
     )
     _prepare_for(prep)(prep, Pq2Tensors(qweight, scales))
     return prep
 
 
-def prepare_dense(weight: torch.Tensor) -> PreparedLinear:
+def prepare_dense(weight: torch.Tensor, platform: str | None = None) -> PreparedLinear:
     """An unquantized (skipped) linear; GPU rows may route skinny calls to a split-K kernel."""
     n, k = (int(s) for s in weight.shape)
     prep = PreparedLinear(
-        method="dense", platform=platform_of(weight.device), in_features=k, out_features=n,
+        method="dense", platform=platform or platform_of(weight.device), in_features=k, out_features=n,
         runs=[Run(0, n, -1)], decode_max_m=knob_int("RADIANCE_PQ_DECODE_MAX_M"),
     )
     _prepare_for(prep)(prep, weight)

@@ -216,7 +216,7 @@ def _run_gluon(layer, q, a, t, y, m, tile: table.Tile, pdl: bool = False) -> Non
             or (ring and tile.bc != 1):
         raise table.Pq2ConfigError(f"gluon tile {tile}: bt must be 8 or 16, bn a power-of-two multiple of 16 x warps, "
                                    "bc (groups per step) 1..4 (1 with a cp.async ring, stages > 1), no maxnreg")
-    from radiance.kernels.triton.pq2_gluon import operand_layouts, pq2_mma_gl  # Gluon: imported only where it runs
+    from radiance.kernels.triton.pq2_gluon import pq2_mma_gl  # Gluon: imported only where it runs
 
     groups = layer.k // GROUP
     gps = -(-groups // tile.splits)
@@ -233,9 +233,8 @@ def _run_gluon(layer, q, a, t, y, m, tile: table.Tile, pdl: bool = False) -> Non
     p = y if splits == 1 else torch.empty((splits, m, layer.n), dtype=torch.float32, device=y.device)
 
     def make():
-        w_l, u_l = operand_layouts(tile.bn, tile.warps, tile.bt)
         return Launch(pq2_mma_gl, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "GU": tile.bc, "RING": ring,
-                                    "W_L": w_l, "U_L": u_l, "STREAM": tile.persist > 0, "PDL": pdl}, tile.warps, 1,
+                                    "STREAM": tile.persist > 0, "PDL": pdl}, tile.warps, 1,
                        pdl=pdl)
 
     launch = layer.plan(("gluon", tile, y.dtype, pdl), make)

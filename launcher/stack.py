@@ -21,7 +21,13 @@ from radiance.knobs import KNOBS, knob
 
 Arch = Literal["cpu", "gfx1201", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"]
 Runtime = Literal["podman", "native"]
-QuantMethod = Literal["paroquant", "pq2", "paroquant_mxfp4"]
+QuantMethod = Literal["paroquant", "pq2", "paroquant_mxfp4", "none", "awq_marlin"]
+# radiance's own methods (served by its vLLM plugin); the others are vLLM's, for baselines: `none`
+# serves an unquantized checkpoint, `awq_marlin` an AWQ one on vLLM's Marlin kernels
+PLUGIN_METHODS = ("paroquant", "pq2", "paroquant_mxfp4")
+# the checkpoint's quantization_config.quant_method each stack `quant` expects (None: unquantized)
+CHECKPOINT_METHOD = {"paroquant": "paroquant", "pq2": "pq2", "paroquant_mxfp4": "paroquant_mxfp4", "none": None,
+                     "awq_marlin": "awq"}
 DrafterMethod = Literal["draft_model", "ngram", "dflash", "eagle", "eagle3", "suffix"]
 Mode = Literal["eval", "prod"]
 MODES: tuple[str, ...] = ("eval", "prod")
@@ -175,6 +181,8 @@ class Stack(_Strict):
                 raise ValueError(f"arch {self.arch!r} needs `devices` (the GPU indices it uses)")
             if self.tp > len(self.devices):
                 raise ValueError(f"tp={self.tp} needs at least {self.tp} devices, got {self.devices}")
+        if self.check_shapes and self.quant not in PLUGIN_METHODS:
+            raise ValueError(f"check_shapes gates radiance's kernels; quant {self.quant!r} runs vLLM's own")
         for where, spec in (("spec", self.spec), ("eval.spec", self.eval.spec), ("prod.spec", self.prod.spec)):
             if spec and self.drafter is None:
                 raise ValueError(f"{where}={spec} needs a `drafter`")

@@ -6,14 +6,16 @@ opaque call and never specializes on the token count. The op finds its layer by 
 """
 
 import logging
+import time
 from typing import Optional
 
 import torch
 from torch import nn
 from vllm.distributed import tensor_model_parallel_all_gather
+from vllm.model_executor.layers.linear import RowParallelLinear
 from vllm.utils.torch_utils import direct_register_custom_op
 
-from radiance.kernels import ops
+from radiance.kernels import ops, warmup
 
 log = logging.getLogger("radiance.plugin")
 OP_NAME = "radiance_linear"
@@ -39,10 +41,31 @@ def declare(layer: nn.Module, prefix: str, out_features: int, gather: bool = Fal
 
 
 def attach(layer: nn.Module, prep: ops.PreparedLinear, check=None) -> None:
+    """Give `layer` its prepared weights (and CHECKALL hook), and warm its kernels if no layer of
+    the same shape has been: every Triton compile must happen before vLLM serves (kernels/warmup.py)."""
     if prep.out_features != layer._radiance_out:
         raise ValueError(f"{layer._radiance_key}: prepared {prep.out_features} outputs, layer has {layer._radiance_out}")
     layer._radiance_prep = prep
     layer._radiance_check = check
+    spec = warmup.pending(prep, call_bias(layer), layer.params_dtype)
+    if spec is not None:
+        before, t0 = warmup.cache_entries(), time.monotonic()
+        warmup.warm(prep, spec, next(layer.parameters()).device)
+        compiled = warmup.cache_entries() - before
+        log.info("kernels: %s (%s) warmed at %d row counts in %.1f s; %d compiled here%s", layer._radiance_key, spec,
+                 len(warmup.warm_rows()), time.monotonic() - t0, compiled,
+                 " (the launcher's warm-up had not built them)" if compiled else "")
+
+
+def call_bias(layer: nn.Module) -> torch.Tensor | None:
+    """The bias vLLM hands apply(): none where it adds the bias itself, and none on the ranks > 0 of
+    a row-parallel layer (the bias joins once, on rank 0, before the all-reduce)."""
+    bias = getattr(layer, "bias", None)
+    if bias is None or getattr(layer, "skip_bias_add", False):
+        return None
+    if isinstance(layer, RowParallelLinear) and getattr(layer, "tp_rank", 0) > 0:
+        return None
+    return bias
 
 
 def _impl(x: torch.Tensor, bias: Optional[torch.Tensor], key: str) -> torch.Tensor:

@@ -22,6 +22,9 @@ def _setup_logging() -> None:
 
 def register_all() -> None:
     _setup_logging()
+    from radiance.compat import check_vllm
+
+    check_vllm()  # a vLLM outside the tested range fails here, naming both versions
     from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS, get_quantization_config
 
     from radiance.plugin import custom_op, paroquant, pq2

@@ -27,3 +27,10 @@ def test_subpackages_import_from_their_folders():
 
     assert Path(radiance.kernels.__file__).parent == ROOT / "kernels"
     assert Path(radiance.launcher.__file__).parent == ROOT / "launcher"
+
+
+def test_gpu_extra_declares_the_tested_vllm_range():
+    from radiance.compat import VLLM_RANGE
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["gpu"] == [f"vllm{VLLM_RANGE}"]

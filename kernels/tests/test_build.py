@@ -48,7 +48,7 @@ def test_failed_build_leaves_no_entry_and_a_retry_builds(tmp_path, monkeypatch):
     """A builder that writes part of its output and then fails: the entry never appears."""
     cache = tmp_path / "k"
 
-    def half_then_fail(arch, src, flags, out):
+    def half_then_fail(arch, src, flags, out, **_):
         (out / "half.so").write_bytes(b"\x7fELF")
         raise RuntimeError("compiler crashed")
 

@@ -27,7 +27,6 @@ so the operands go through shared memory instead -- a ring of `stages` buffers f
 `stages - 1` groups ahead: the weights alone at 2 stages, from 3 also the activation words, scales,
 zero points and the tokens' scales / sums (the table's choice: 4 stages).
 """
-import functools
 
 import torch
 
@@ -105,9 +104,9 @@ def _ring_fill(ring, ring_u, ring_sc, ring_d, ring_s, ring_rs, i, g, W, A, SC, D
     async_copy.commit_group()
 
 
-@functools.cache  # built once per tile: the launcher hashes them on every call
-def operand_layouts(bn: int, warps: int, bt: int):
-    """The load layouts of the weight words [bn, 16] (lane (g, q) holds words 4q..4q+3 of rows g
+@gluon.constexpr_function  # built inside the kernel: a layout passed as an argument cannot be serialized
+def operand_layout(bn: int, warps: int, bt: int, which: int):
+    """Layout `which` of: the load layouts of the weight words [bn, 16] (lane (g, q) holds words 4q..4q+3 of rows g
     and g + 8 of each m16 tile of its warp; tiles 16 * warps rows apart) and of the activation words
     [64, bt] (lane (n, q) holds words 16q..16q+15 of token n; every warp the same): the registers
     the fragments are made of; and the second as read from the activation ring's [2 bt, 32] rows."""
@@ -123,7 +122,7 @@ def operand_layouts(bn: int, warps: int, bt: int):
     u2_l = gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8]] + ([[16, 0]] if bt == 16 else []),
                                       lane_bases=[[0, 16], [1, 0], [2, 0], [4, 0], [8, 0]],
                                       warp_bases=[[0, 0]] * len(wb), block_bases=[], shape=[2 * bt, 32])
-    return w_l, u_l, u2_l
+    return (w_l, u_l, u2_l)[which]
 
 
 @gluon.jit
@@ -213,7 +212,7 @@ def _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, g0, g1, ring, ring_u,
 
 @gluon.jit
 def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
-                BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, W_L: gl.constexpr, U_L: gl.constexpr, U2_L: gl.constexpr,
+                BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr,
                 RING: gl.constexpr, ALL: gl.constexpr, HAS_BIAS: gl.constexpr, STREAM: gl.constexpr,
                 PDL: gl.constexpr = False):
     # A: the F16GF activations as int32 words [P, M, K / 2]; W: the weight words [G, N, 16];
@@ -232,6 +231,9 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
     # PDL: launched dependent on the prologue (kernels/pdl.py), which it waits for first.
     if PDL:
         wait_for_producer()
+    W_L: gl.constexpr = operand_layout(BN, WARPS, BT, 0)
+    U_L: gl.constexpr = operand_layout(BN, WARPS, BT, 1)
+    U2_L: gl.constexpr = operand_layout(BN, WARPS, BT, 2)
     L1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
     if ALL:
         # 16-byte chunks XOR-swizzled by row: a quarter-warp's reads (lanes q = 0..3: words 16q + 4r,
@@ -281,9 +283,8 @@ def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has
     if bm not in (8, 16) or bn % (16 * num_warps) or tiles & (tiles - 1):
         raise ValueError(f"paroquant mma_gl: bm (tokens) must be 8 or 16 and BN={bn} a power-of-two "
                          f"multiple of 16 x {num_warps} warps")
-    w_l, u_l, u2_l = operand_layouts(bn, num_warps, bm)
     a, *rest = args
-    paro_mma_gl[grid](a.view(torch.int32), *rest, BN=bn, BT=bm, WARPS=num_warps, W_L=w_l, U_L=u_l, U2_L=u2_l,
+    paro_mma_gl[grid](a.view(torch.int32), *rest, BN=bn, BT=bm, WARPS=num_warps,
                       RING=num_stages if num_stages > 1 else 0, ALL=num_stages > 2 and args[11] % 16 == 0,
                       HAS_BIAS=has_bias, STREAM=stream, PDL=pdl, num_warps=num_warps, launch_pdl=pdl,
                       **({"maxnreg": maxnreg} if maxnreg else {}))

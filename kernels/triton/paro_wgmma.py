@@ -15,7 +15,6 @@ PLAINW) writes each group's activations in the k order this implies, so the B op
 [BT, 128] fp16 tile. (c - zp) is exact in fp16 and times the scale rounds once: the scratch path's
 numerics.
 """
-import functools
 
 import torch
 
@@ -27,17 +26,17 @@ from radiance.kernels import gpu
 from radiance.kernels.triton.gluon_compat import copy_to_shared, thread_barrier
 
 
-@functools.cache  # built once per tile: the launcher hashes them on every call
-def wgmma_layouts(bn: int, warps: int, bt: int):
-    """(half a group's weight words [bn, 8]: lane (g, q) holds words q and q + 4 of rows g and
-    g + 8; activation copy [bt, 128] fp16, 8 per thread)."""
+@gluon.constexpr_function  # built inside the kernel: a layout passed as an argument cannot be serialized
+def wgmma_layout(bn: int, warps: int, which: int):
+    """Layout `which` of (half a group's weight words [bn, 8]: lane (g, q) holds words q and q + 4
+    of rows g and g + 8; activation copy [bt, 128] fp16, 8 per thread)."""
     wb = [[16 << i, 0] for i in range(warps.bit_length() - 1)]
     tiles = [[16 * warps << i, 0] for i in range((bn // (16 * warps)).bit_length() - 1)]
     w_l = gl.DistributedLinearLayout(reg_bases=[[0, 4], [8, 0]] + tiles,
                                      lane_bases=[[0, 1], [0, 2], [1, 0], [2, 0], [4, 0]],
                                      warp_bases=wb, block_bases=[], shape=[bn, 8])
     c_l = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[warps, 1], order=[1, 0])
-    return w_l, c_l
+    return (w_l, c_l)[which]
 
 
 @gluon.constexpr_function
@@ -88,7 +87,7 @@ def _scales(SC, D, rn, g, N):
 @gluon.jit(do_not_specialize=["M"])
 def paro_wgmma_f16(A, W, SC, D, Y, BIAS, M, N, K, G, pb1, pb2,
                    BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, RING: gl.constexpr,
-                   HAS_BIAS: gl.constexpr, W_L: gl.constexpr, C_L: gl.constexpr):
+                   HAS_BIAS: gl.constexpr):
     # A: PLAINW fp16 activations [P, M, K]; W: weight words [G, N, 16]; SC fp16 / D int8 [G, N];
     # Y [M, N]. Merged linears: columns [pb1, pb2) read rotated copy 1, [pb2, N) copy 2 (per
     # program: boundaries are multiples of BN). Each group is two wgmmas (k halves) and one is kept
@@ -96,6 +95,8 @@ def paro_wgmma_f16(A, W, SC, D, Y, BIAS, M, N, K, G, pb1, pb2,
     # in-flight wgmma reads them: the previous half is carried as `a_prev` to keep them live). The
     # ring's one barrier per group sits after the wait on the previous group's second half: the
     # stage it frees is refilled there, RING - 1 groups ahead.
+    W_L: gl.constexpr = wgmma_layout(BN, WARPS, 0)
+    C_L: gl.constexpr = wgmma_layout(BN, WARPS, 1)
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BT, 16])
     A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     LN: gl.constexpr = gl.SliceLayout(1, MMA)
@@ -167,7 +168,6 @@ def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has
                          f"{num_warps} warps, bn {bn}, bm {bm}, {num_stages} stages)")
     if any(b < n and b % bn for b in (pb1, pb2)):
         raise ValueError(f"paroquant wgmma: partition boundaries {pb1}, {pb2} are not multiples of bn={bn}")
-    w_l, c_l = wgmma_layouts(bn, num_warps, bm)
     paro_wgmma_f16[grid[:2]](a, wb, sc, d, y, bias, m, n, k, g, pb1, pb2, BN=bn, BT=bm, WARPS=num_warps,
-                             RING=num_stages, HAS_BIAS=has_bias, W_L=w_l, C_L=c_l, num_warps=num_warps)
+                             RING=num_stages, HAS_BIAS=has_bias, num_warps=num_warps)
     return y

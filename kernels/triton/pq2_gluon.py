@@ -21,7 +21,6 @@ GU x 32 bytes per row).
 Split-K: paro_gemv_gluon.finish_tile (fp32 partials, an atomic ticket, the last program sums the
 splits in order: deterministic). Ampere instructions only: runs on sm_86 and, as mma.sync, on sm_90.
 """
-import functools
 
 from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
@@ -83,9 +82,9 @@ def _b_operand(u, BT: gl.constexpr, B_L: gl.constexpr):
     return gl.convert_layout(gl.reshape(j, [128, BT]), B_L, assert_trivial=True)
 
 
-@functools.cache  # built once per tile: the launcher hashes them on every call
-def operand_layouts(bn: int, warps: int, bt: int):
-    """The load layouts of the weight words [bn, 8] (lane (g, q) holds words 2q, 2q + 1 of rows g and
+@gluon.constexpr_function  # built inside the kernel: a layout passed as an argument cannot be serialized
+def operand_layout(bn: int, warps: int, bt: int, which: int):
+    """Layout `which` of: the load layouts of the weight words [bn, 8] (lane (g, q) holds words 2q, 2q + 1 of rows g and
     g + 8 of each m16 tile of its warp; tiles 16 * warps rows apart) and of the activation words
     [32, bt] (lane (n, q) holds words 8j + 2q, 8j + 2q + 1 of token n; every warp the same)."""
     wb = [[16 << i, 0] for i in range(warps.bit_length() - 1)]
@@ -96,7 +95,7 @@ def operand_layouts(bn: int, warps: int, bt: int):
     u_l = gl.DistributedLinearLayout(reg_bases=[[1, 0], [8, 0], [16, 0]] + ([[0, 8]] if bt == 16 else []),
                                      lane_bases=[[2, 0], [4, 0], [0, 1], [0, 2], [0, 4]],
                                      warp_bases=[[0, 0]] * len(wb), block_bases=[], shape=[32, bt])
-    return w_l, u_l
+    return (w_l, u_l)[which]
 
 
 @gluon.jit
@@ -167,7 +166,7 @@ def _tile_acc(Q, S, T, W, WS, M, N, K, G, t0, n0, g0, g1, ring, BN: gl.constexpr
 @gluon.jit(do_not_specialize=["M"])
 def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, G, gps, SPLIT,
                BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, GU: gl.constexpr, RING: gl.constexpr,
-               W_L: gl.constexpr, U_L: gl.constexpr, STREAM: gl.constexpr = False, PDL: gl.constexpr = False):
+               STREAM: gl.constexpr = False, PDL: gl.constexpr = False):
     # Q: plane-ordered int8 activations as int32 words [M, K / 4]; S / T: their scales and group
     # sums [M, G]; W: the prepared weights as int32 words (block_row); WS: weight scales [N, G].
     # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens, GU groups per loop step.
@@ -178,6 +177,8 @@ def pq2_mma_gl(Q, S, T, W, WS, Y, PART, CNT, M, N, K, G, gps, SPLIT,
     # PDL: launched dependent on the quantizer (kernels/pdl.py), which it waits for first.
     if PDL:
         wait_for_producer()
+    W_L: gl.constexpr = operand_layout(BN, WARPS, BT, 0)
+    U_L: gl.constexpr = operand_layout(BN, WARPS, BT, 1)
     if RING > 0:
         ring = gl.allocate_shared_memory(gl.int32, [RING, BN, 8], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
     else:

@@ -10,13 +10,12 @@ Per 128-group and per MMA k-step j (= weight plane j): lane q of the A fragment 
 own two weight words 2q, 2q + 1 (pq2_gluon's layout trick); the B fragment is then 8 consecutive bytes
 of the plane-ordered activations at 32j + 8q, one 8-byte shared load per token column. The ring
 stores a token's 32 words with its k-step quarter XOR-ed by the token's two low bits
-(`ring_layouts`), so the 16 lanes of each half-warp (4 tokens x 4 q) hit 32 distinct banks.
+(`ring_layout`), so the 16 lanes of each half-warp (4 tokens x 4 q) hit 32 distinct banks.
 
 Arithmetic: four chained k-step MMAs into one int32 dot per group, then pq2_common's `group_acc`
 (groups in order: bit-identical to the other group-ordered pq2 kernels). No split-K: prefill grids
 are large.
 """
-import functools
 
 from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
@@ -24,14 +23,14 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 from radiance.kernels.triton.gluon_compat import copy_to_shared, thread_barrier
 
 from radiance.kernels.triton.pq2_common import block_row, group_acc, group_off
-from radiance.kernels.triton.pq2_gluon import _bytes, _four, _plane, operand_layouts
+from radiance.kernels.triton.pq2_gluon import _bytes, _four, _plane, operand_layout
 
 
-@functools.cache  # built once per tile: the launcher hashes them on every call
-def ring_layouts(bn: int, warps: int, bt: int, ring: int):
-    """(weight words [bn, 8] in registers, activation copy [bt, 32], k-step read [bt, 8], the ring's
-    shared layout [ring * bt, 32] words, scale copy [bt])."""
-    w_l = operand_layouts(bn, warps, 8)[0]  # the small-band kernel's: lane q holds words 2q, 2q + 1
+@gluon.constexpr_function  # built inside the kernel: a layout passed as an argument cannot be serialized
+def ring_layout(warps: int, bt: int, ring: int, which: int):
+    """Layout `which` of (activation copy [bt, 32], k-step read [bt, 8], the ring's shared layout
+    [ring * bt, 32] words, scale copy [bt]); the weight words [bn, 8] in registers are the
+    small-band kernel's (pq2_gluon.operand_layout: lane q holds words 2q, 2q + 1)."""
     c_l = gl.BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[4, 8], warps_per_cta=[warps, 1], order=[1, 0])
     r_l = gl.DistributedLinearLayout(reg_bases=[[0, 1]] + [[8 << i, 0] for i in range((bt // 8).bit_length() - 1)],
                                      lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]],
@@ -41,7 +40,7 @@ def ring_layouts(bn: int, warps: int, bt: int, ring: int):
     offs = [[0, 1 << i] for i in range(5)] + [[1, 8], [2, 16]] + [[4 << i, 0] for i in range((ring * bt // 4).bit_length() - 1)]
     smem = gl.SharedLinearLayout(offset_bases=offs)
     s_l = gl.BlockedLayout(size_per_thread=[1], threads_per_warp=[32], warps_per_cta=[warps], order=[0])
-    return w_l, c_l, r_l, smem, s_l
+    return (c_l, r_l, smem, s_l)[which]
 
 
 @gluon.jit
@@ -99,10 +98,14 @@ def store_tile(acc, Y, t0, n0, M, N, BN: gl.constexpr, BT: gl.constexpr, LN: gl.
 
 @gluon.jit(do_not_specialize=["M"])
 def pq2_mma_ring(Q, S, T, W, WS, Y, M, N, K, G,
-                 BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, RING: gl.constexpr,
-                 W_L: gl.constexpr, C_L: gl.constexpr, R_L: gl.constexpr, SMEM: gl.constexpr, S_L: gl.constexpr):
+                 BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, RING: gl.constexpr):
     # Q: plane-ordered int8 activations as int32 words [M, K / 4]; S / T: their scales and group sums
     # [M, G]; W: the prepared weights as int32 words (block_row); WS: weight scales [N, G]
+    W_L: gl.constexpr = operand_layout(BN, WARPS, 8, 0)
+    C_L: gl.constexpr = ring_layout(WARPS, BT, RING, 0)
+    R_L: gl.constexpr = ring_layout(WARPS, BT, RING, 1)
+    SMEM: gl.constexpr = ring_layout(WARPS, BT, RING, 2)
+    S_L: gl.constexpr = ring_layout(WARPS, BT, RING, 3)
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
     A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=4)
     B_L: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=4)

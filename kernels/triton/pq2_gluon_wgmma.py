@@ -15,7 +15,6 @@ are (one 128-byte row per token and group, 128-byte swizzle). Groups in order th
 `group_acc`: bit-identical to the other group-ordered pq2 kernels. sm_90 only (wgmma); the
 portable prefill kernels are `planes` and `gluon_ring`.
 """
-import functools
 
 from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
@@ -29,9 +28,9 @@ from radiance.kernels.triton.pq2_gluon import _four, _plane
 from radiance.kernels.triton.pq2_gluon_ring import ring_fill, ring_offsets, store_tile
 
 
-@functools.cache  # built once per tile: the launcher hashes them on every call
-def wgmma_layouts(bn: int, warps: int, bt: int):
-    """(weight words [bn, 8]: lane (g, q) holds words q and q + 4 of rows g and g + 8; activation
+@gluon.constexpr_function  # built inside the kernel: a layout passed as an argument cannot be serialized
+def wgmma_layout(bn: int, warps: int, which: int):
+    """Layout `which` of (weight words [bn, 8]: lane (g, q) holds words q and q + 4 of rows g and g + 8; activation
     copy [bt, 128] bytes, 16 per thread; scale copy [bt])."""
     wb = [[16 << i, 0] for i in range(warps.bit_length() - 1)]
     tiles = [[16 * warps << i, 0] for i in range((bn // (16 * warps)).bit_length() - 1)]
@@ -40,7 +39,7 @@ def wgmma_layouts(bn: int, warps: int, bt: int):
                                      warp_bases=wb, block_bases=[], shape=[bn, 8])
     c_l = gl.BlockedLayout(size_per_thread=[1, 16], threads_per_warp=[4, 8], warps_per_cta=[warps, 1], order=[1, 0])
     s_l = gl.BlockedLayout(size_per_thread=[1], threads_per_warp=[32], warps_per_cta=[warps], order=[0])
-    return w_l, c_l, s_l
+    return (w_l, c_l, s_l)[which]
 
 
 @gluon.jit
@@ -54,11 +53,13 @@ def _a_group(w, BN: gl.constexpr, A_L: gl.constexpr):
 
 @gluon.jit(do_not_specialize=["M"])
 def pq2_wgmma(Q, S, T, W, WS, Y, M, N, K, G,
-              BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, RING: gl.constexpr, OVERLAP: gl.constexpr,
-              W_L: gl.constexpr, C_L: gl.constexpr, S_L: gl.constexpr):
+              BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, RING: gl.constexpr, OVERLAP: gl.constexpr):
     # Q: plane-ordered int8 activations [M, K]; S / T: their scales and group sums [M, G]; W: the
     # prepared weights as int32 words (block_row); WS: weight scales [N, G]. RING >= 3 stages: the
     # stage of group g - 2 is refilled at group g (its wgmma was waited for at group g - 1).
+    W_L: gl.constexpr = wgmma_layout(BN, WARPS, 0)
+    C_L: gl.constexpr = wgmma_layout(BN, WARPS, 1)
+    S_L: gl.constexpr = wgmma_layout(BN, WARPS, 2)
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BT, 32])
     A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=4)
     LN: gl.constexpr = gl.SliceLayout(1, MMA)

@@ -11,7 +11,7 @@ RING - 1 groups ahead on its own warp.
 
 Layout: the weight words of one 128-row block and group are one contiguous 4 KB run
 (pq2_common.block_row), so the weights are a 2-D [blocks * G * 128, 8] int32 tensor and a program's
-BN rows of group g are one TMA box; the consumer reads them from shared memory in `wgmma_layouts`'
+BN rows of group g are one TMA box; the consumer reads them from shared memory in `wgmma_layout`'
 register order (lane q holds words q and q + 4), the A operand `_a_group` builds from them lines up
 with the quantizer's plane-ordered activation bytes, which TMA copies as they are (128-byte swizzle).
 Tokens past M are zero-filled by TMA and their scales wrap (never stored). Groups in order through
@@ -27,7 +27,7 @@ from radiance.kernels.triton.gluon_compat import copy_to_shared, thread_barrier,
 
 from radiance.kernels.triton.pq2_common import group_acc
 from radiance.kernels.triton.pq2_gluon_ring import store_tile
-from radiance.kernels.triton.pq2_gluon_wgmma import _a_group
+from radiance.kernels.triton.pq2_gluon_wgmma import _a_group, wgmma_layout
 
 
 @gluon.jit
@@ -79,11 +79,11 @@ def _fold(qring, wring, sring, tring, ready, empty, WS, n0, N, G, BN: gl.constex
 
 @gluon.jit(do_not_specialize=["M"])
 def pq2_ws(q_desc, w_desc, S, T, WS, Y, M, N, G,
-           BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, RING: gl.constexpr, W_L: gl.constexpr,
-           LOADER_REGS: gl.constexpr):
+           BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, RING: gl.constexpr, LOADER_REGS: gl.constexpr):
     # q_desc: plane-ordered int8 activations [M, K], box [BT, 128]; w_desc: the prepared weights as
     # [blocks * G * 128, 8] int32, box [BN, 8]; S / T: activation scales and group sums [M, G]; WS:
     # weight scales [N, G] f16
+    W_L: gl.constexpr = wgmma_layout(BN, WARPS, 0)
     FLAT: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
     t0 = gl.program_id(0) * BT
     n0 = gl.program_id(1) * BN

@@ -1,0 +1,168 @@
+"""Serving benchmark: stacks started by `radiance-launch`, measured over the OpenAI API, one JSON out.
+
+    python bench/bench_serve.py --stacks bench/stacks.h200.yaml --mode prod \\
+        --stack bf16 --stack paro --stack awq --out /tmp/out/serve-prod.json
+
+Every stack is started first (all at once with --parallel-start: their compiles overlap; the
+stacks reserve a fixed KV cache, so none sizes itself from memory another is still loading),
+then measured one at a time while the others idle:
+- samples: greedy continuations and prompt-token logprobs (compared across paths and modes by
+  bench/serve_compare.py);
+- decode: concurrency 1, 4 and 16 (ROUNDS rounds each, to see whether a rate holds), 256 tokens;
+- prefill: distinct 2048-token prompts, time to first token and prompt tokens per second;
+- kernels compiled while serving: Triton's cache of the stack before and after its requests
+  (vLLM's JIT monitor in `error` mode also fails any request that compiles; the stacks set it).
+`--relaunch NAME` stops NAME after its run, starts it again and records whether that start
+compiled anything (the launcher's kernel step and Triton's cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import serve_client as client  # noqa: E402
+
+from radiance.healthchecks.probe import wait_ready  # noqa: E402
+from radiance.kernels.warmup import cache_entries  # noqa: E402
+from radiance.launcher.stack import load_stacks  # noqa: E402
+
+DECODE = ((1, 2), (4, 2), (16, 3))  # (concurrency, rounds)
+
+
+class Server:
+    def __init__(self, name: str, stacks: Path, mode: str, logs: Path):
+        self.name, self.stacks, self.mode = name, stacks, mode
+        stack = load_stacks(stacks).get(name)
+        self.base = f"http://127.0.0.1:{stack.port}"
+        self.model = stack.model_name
+        self.quant = stack.quant
+        self.env = dict(stack.env) | dict(stack.mode(mode).env)
+        self.log = logs / f"{name}-{mode}.log"
+        self.triton = self._triton_dir()
+        self.proc: subprocess.Popen | None = None
+
+    def _cmd(self, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "radiance.launcher.cli", self.name, "--stacks", str(self.stacks),
+                "--mode", self.mode, *extra]
+
+    def _triton_dir(self) -> Path:
+        dry = subprocess.run(self._cmd("--dry-run"), capture_output=True, text=True, check=True).stdout
+        m = re.search(r"^export TRITON_CACHE_DIR=(.+)$", dry, re.M)
+        return Path(shlex.split(m.group(1))[0])
+
+    def start(self) -> None:
+        self.started_at, self.kernels_before = time.monotonic(), cache_entries(self.triton)
+        with self.log.open("ab") as f:
+            self.proc = subprocess.Popen(self._cmd(), stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait(self, startup_s: float) -> float:
+        r = wait_ready(self.base, self.model, startup_s=startup_s, interval_s=2.0)
+        if not r.ok or self.proc.poll() is not None:
+            raise RuntimeError(f"{self.name} ({self.mode}) did not become ready: {r.reason}\n{self.tail()}")
+        return time.monotonic() - self.started_at
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(self.proc.pid, sig)
+                self.proc.wait(wait)
+                break
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                continue
+        self.proc = None
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
+
+    def launcher_lines(self) -> list[str]:
+        text = self.log.read_text(errors="replace")
+        return [ln for ln in text.splitlines() if re.search(r"radiance-launch: kernels:|\[radiance\] kernels:", ln)]
+
+
+def measure(s: Server, seed: int, quick: bool) -> dict:
+    before = cache_entries(s.triton)
+    row: dict = {"samples": client.samples(s.base, s.model, seed)}
+    decode = ((1, 1), (4, 1)) if quick else DECODE
+    tokens = 32 if quick else 256
+    for conc, rounds in decode:
+        row[f"c{conc}"] = [client.decode_round(s.base, s.model, conc, tokens, seed + 100 * conc + r) for r in range(rounds)]
+    row["prefill"] = client.prefill(s.base, s.model, 256 if quick else 2048, 2 if quick else 8, seed + 7)
+    row["kernels_compiled_while_serving"] = cache_entries(s.triton) - before
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--stacks", type=Path, required=True)
+    ap.add_argument("--stack", action="append", required=True, help="stack name (repeatable)")
+    ap.add_argument("--mode", choices=("eval", "prod"), required=True)
+    ap.add_argument("--out", type=Path, required=True, help="results JSON")
+    ap.add_argument("--logs", type=Path, default=None, help="server logs (default: beside --out)")
+    ap.add_argument("--parallel-start", action="store_true", help="start every stack before waiting for any")
+    ap.add_argument("--relaunch", default=None, help="after the runs, start this stack again and record the start")
+    ap.add_argument("--startup-s", type=float, default=540)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="short workloads (a CPU rehearsal of the script)")
+    args = ap.parse_args(argv)
+    logs = args.logs or args.out.parent
+    logs.mkdir(parents=True, exist_ok=True)
+    servers = [Server(n, args.stacks, args.mode, logs) for n in args.stack]
+    result = {"mode": args.mode, "stacks_file": str(args.stacks), "runs": {}}
+    try:
+        if args.parallel_start:
+            for s in servers:
+                s.start()
+        for s in servers:
+            if s.proc is None:
+                s.start()
+            ready_s = s.wait(args.startup_s)
+            print(f"== {s.name} ({s.mode}) ready after {ready_s:.0f} s", flush=True)
+            run = {"quant": s.quant, "env": s.env, "ready_s": ready_s, "log": str(s.log)}
+            run |= measure(s, args.seed, args.quick)
+            run["launcher"] = s.launcher_lines()
+            result["runs"][s.name] = run
+            _print(s.name, run)
+            if not args.parallel_start:
+                s.stop()
+        if args.relaunch:
+            s = next(x for x in servers if x.name == args.relaunch)
+            s.stop()
+            s.log = logs / f"{s.name}-{s.mode}-relaunch.log"
+            s.start()
+            ready_s = s.wait(args.startup_s)
+            result["relaunch"] = {"stack": s.name, "ready_s": ready_s,
+                                  "kernels_compiled": cache_entries(s.triton) - s.kernels_before,
+                                  "launcher": s.launcher_lines()}
+            print(f"== relaunch {s.name}: ready after {ready_s:.0f} s, "
+                  f"{result['relaunch']['kernels_compiled']} kernels compiled", flush=True)
+    finally:
+        for s in servers:
+            s.stop()
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+def _print(name: str, run: dict) -> None:
+    dec = "  ".join(f"c{c}: " + "/".join(f"{r['tokens_per_s']:.0f}" for r in run[f"c{c}"]) for c in (1, 4, 16)
+                    if f"c{c}" in run)
+    p = run["prefill"]
+    print(f"{name:>10}: {dec} tok/s | prefill {p['prefill_tokens_per_s']:.0f} tok/s, ttft p50 "
+          f"{1000 * p['ttft_p50_s']:.0f} ms | compiled while serving: {run['kernels_compiled_while_serving']}",
+          flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The warm-up (kernels/warmup.py) compiles every kernel variant a layer can ever ask for.
+
+vLLM's JIT monitor turns a Triton compile during a request into an error, so the warm-up's rows
+must cover every variant the tables pick at any M: after warming, forwards at row counts above
+warmup.ALL_M (odd, multiples of 16, the largest batches vLLM schedules) must compile nothing new.
+Checked offline (radiance.testing.offline_compile: no GPU) for the lent H200 and the users' sm_86,
+on the 27B benchmark shapes; the same check watches that every warmed constexpr is serializable
+(vLLM's monitor sets a Triton compile hook, and Triton then JSON-serializes each kernel's constexprs).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from radiance.kernels import ops, warmup
+from radiance.kernels.warmup import LinearSpec
+
+QKV, OUT, GATE_UP, DOWN = (5120, 1024, 1024), (5120,), (17408, 17408), (5120,)
+SPECS = {
+    "paroquant": [LinearSpec("paroquant", QKV, 5120, True, "bfloat16"), LinearSpec("paroquant", OUT, 5120, False, "bfloat16"),
+                  LinearSpec("paroquant", GATE_UP, 5120, False, "bfloat16"),
+                  LinearSpec("paroquant", DOWN, 17408, False, "bfloat16")],
+    "pq2": [LinearSpec("pq2", (7168,), 5120, True, "bfloat16"), LinearSpec("pq2", (34816,), 5120, False, "bfloat16"),
+            LinearSpec("pq2", (5120,), 17408, False, "bfloat16")],
+    "dense": [LinearSpec("dense", (96,), 5120, False, "bfloat16")],
+}
+BEYOND = [1041, 1100, 2047, 2048, 4097, 8192]  # above ALL_M: must reuse what the warm-up built
+
+
+def test_rows_cover_every_m_up_to_all_m_and_both_integer_classes_above():
+    rows = warmup.warm_rows()
+    assert rows[:warmup.ALL_M] == list(range(1, warmup.ALL_M + 1))
+    above = rows[warmup.ALL_M:]
+    assert any(m % 16 == 0 for m in above) and any(m % 16 for m in above) and min(above) > warmup.ALL_M
+
+
+def test_spec_of_a_prepared_layer():
+    k = 256
+    rot = (torch.arange(128, dtype=torch.int16).repeat(8, 2), torch.zeros(8, k // 2, dtype=torch.float16),
+           torch.ones(1, k, dtype=torch.float16))
+    other = (rot[0], torch.full((8, k // 2), 0.5, dtype=torch.float16), rot[2])
+    n = [128, 128, 256]
+    prep = ops.prepare_paroquant(torch.zeros(k, 64, dtype=torch.int32), torch.zeros(2, 64, dtype=torch.int32),
+                                 torch.ones(2, 512, dtype=torch.float16), [rot, rot, other], n)
+    assert warmup.spec_of(prep, None, torch.bfloat16) == LinearSpec("paroquant", (256, 256), k, False, "bfloat16")
+    assert warmup.spec_of(prep, torch.zeros(512), torch.float16).bias
+
+
+@pytest.mark.integration  # ~1-2 minutes per card when Triton's cache is cold
+@pytest.mark.parametrize("arch", ["sm_90", "sm_86"])
+@pytest.mark.parametrize("method", ["paroquant", "pq2", "dense"])
+def test_warm_rows_leave_nothing_to_compile(arch, method, monkeypatch):
+    pytest.importorskip("triton.backends.nvidia")
+    from triton import knobs
+
+    from radiance.testing.offline_compile import compile_only
+
+    for k in ("RADIANCE_PQ_I8", "RADIANCE_PQ2_KERNELS", "RADIANCE_PQ_DECODE_MAX_M", "RADIANCE_PDL", "TRITON_INTERPRET"):
+        monkeypatch.delenv(k, raising=False)
+    # what vLLM's JIT monitor does: any compile hook makes Triton serialize the kernel's constexprs
+    monkeypatch.setattr(knobs.runtime, "jit_post_compile_hook", lambda **kw: None)
+    cpu = torch.device("cpu")
+    with compile_only(arch) as built:
+        for i, spec in enumerate(SPECS[method]):
+            prep = warmup.synthetic(spec, cpu, seed=i, platform="cuda")
+            warmup.warm(prep, spec, cpu)
+            warmed = len(built)
+            warmup.warm(prep, spec, cpu, BEYOND)
+            assert len(built) == warmed, f"{arch} {spec}: rows above {warmup.ALL_M} compiled {built[warmed:]}"
+    assert built, f"{arch} {method}: the warm-up compiled nothing"

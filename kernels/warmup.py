@@ -1,0 +1,172 @@
+"""Compile every NVIDIA kernel a model's linears can run before vLLM serves a request.
+
+Triton compiles a kernel the first time a call needs it. Inside a request that is a latency spike
+of seconds, and vLLM (from 0.26) warns about -- in its error mode fails on -- any Triton compile
+after its own warm-up (its JIT monitor). So the kernels a model can ever ask for are compiled up front, twice over:
+
+- the launcher runs `python -m radiance.kernels.warmup` once per checkpoint (kernels/build.py) on
+  synthetic layers of the checkpoint's shapes: every variant lands in TRITON_CACHE_DIR, and a
+  Triton that cannot compile them fails the launch, not vLLM's profile run;
+- each vLLM worker warms its own prepared layers at load (`pending` + `warm`), one per distinct shape:
+  Triton's per-process cache then holds every variant before vLLM's monitor starts (loaded from
+  the disk cache the launcher filled, or compiled here when it missed one; `cache_entries` counts).
+
+Which rows: every M from 1 to ALL_M, where the tables' bands and tiles change (kernels/paro_table,
+kernels/pq2_table; test_warmup checks that nothing changes above), then one row count of each of
+Triton's integer specializations above it (a multiple of 16 and not), which stand for every larger M.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from radiance.kernels import ops
+from radiance.kernels.formats.paroquant import GROUP_SIZE
+
+ALL_M = 1024  # every row count up to here is warmed; the tables choose the same kernels for any M above
+ABOVE_M = (ALL_M + 1, ALL_M + 16)  # Triton specializes integer arguments on divisibility by 16
+NO_GPU = 3  # the warm-up process's exit status when it sees no CUDA device
+
+
+def warm_rows() -> list[int]:
+    return list(range(1, ALL_M + 1)) + list(ABOVE_M)
+
+
+@dataclass(frozen=True)
+class LinearSpec:
+    """What decides which kernels a linear runs: method, output columns per distinct rotation
+    (paroquant; one entry otherwise), input features, bias, activation dtype."""
+
+    method: str  # paroquant | pq2 | dense
+    sizes: tuple[int, ...]
+    k: int
+    bias: bool
+    dtype: str  # bfloat16 | float16
+
+    @property
+    def n(self) -> int:
+        return sum(self.sizes)
+
+
+def spec_of(prep: ops.PreparedLinear, bias: torch.Tensor | None, dtype: torch.dtype) -> LinearSpec:
+    sizes = tuple(r.n1 - r.n0 for r in prep.runs) if prep.method == "paroquant" else (prep.out_features,)
+    return LinearSpec(prep.method, sizes, prep.in_features, bias is not None, str(dtype).removeprefix("torch."))
+
+
+def synthetic(spec: LinearSpec, device: torch.device, seed: int = 0, platform: str | None = None) -> ops.PreparedLinear:
+    """A prepared layer of `spec`'s shape with random codes and rotations (values are irrelevant to
+    which kernels compile; distinct rotations keep the partitions apart as in a real checkpoint).
+    `platform`: as ops.prepare_* (the offline compile check prepares CPU tensors for a GPU)."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    k, n, groups = spec.k, spec.n, spec.k // GROUP_SIZE
+
+    def ints(*shape, hi):
+        return torch.randint(0, hi, shape, generator=g, dtype=torch.int64).to(device)
+
+    if spec.method == "pq2":
+        return ops.prepare_pq2(ints(n, k // 4, hi=255).to(torch.uint8),
+                               (torch.rand(n, groups, generator=g) * 0.02 + 0.01).half().to(device), platform)
+    if spec.method == "dense":
+        return ops.prepare_dense((torch.randn(n, k, generator=g) * 0.02).to(getattr(torch, spec.dtype)).to(device),
+                                 platform)
+    if spec.method != "paroquant":
+        raise ValueError(f"warm-up: unknown method {spec.method!r}")
+    rotations = []
+    for _ in spec.sizes:
+        pairs = torch.argsort(torch.rand(8 * groups, GROUP_SIZE, generator=g), dim=-1).view(8, k).to(torch.int16)
+        theta = (torch.rand(8, k // 2, generator=g) * 6.28 - 3.14).half()
+        rotations.append((pairs.to(device), theta.to(device), torch.ones(1, k, dtype=torch.float16, device=device)))
+    word = ints(k, n // 8, hi=1 << 31).to(torch.int32)
+    zeros = ints(groups, n // 8, hi=1 << 31).to(torch.int32)
+    scales = (torch.rand(groups, n, generator=g) * 0.02 + 0.01).half().to(device)
+    return ops.prepare_paroquant(word, zeros, scales, rotations, list(spec.sizes), platform)
+
+
+def warm(prep: ops.PreparedLinear, spec: LinearSpec, device: torch.device, rows: list[int] | None = None) -> None:
+    """Run `prep` once at every warm-up row count (outputs discarded)."""
+    dtype = getattr(torch, spec.dtype)
+    rows = rows or warm_rows()
+    x = torch.randn(max(rows), spec.k, dtype=dtype, device=device) * 0.5
+    bias = torch.randn(spec.n, dtype=dtype, device=device) * 0.1 if spec.bias else None
+    for m in rows:
+        ops.linear_forward(prep, x[:m], bias)
+
+
+_WARMED: set[LinearSpec] = set()
+
+
+def pending(prep: ops.PreparedLinear, bias: torch.Tensor | None, dtype: torch.dtype) -> LinearSpec | None:
+    """In a vLLM worker: this layer's spec if its kernels still need warming (no layer of the same
+    spec was warmed in this process), else None. Only NVIDIA compiles per call: the CPU reference
+    compiles nothing and gfx1201's HIP library is built at start."""
+    if prep.platform != "cuda":
+        return None
+    spec = spec_of(prep, bias, dtype)
+    if spec in _WARMED:
+        return None
+    _WARMED.add(spec)
+    return spec
+
+
+def cache_entries(cache_dir: str | os.PathLike | None = None) -> int:
+    """Kernels in Triton's disk cache (one directory per compiled variant)."""
+    root = Path(cache_dir or os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
+    return sum(1 for p in root.iterdir() if p.is_dir()) if root.is_dir() else 0
+
+
+def warm_specs(specs: list[LinearSpec], device: torch.device) -> dict:
+    """The launcher's step: every spec on a synthetic layer; returns what it did."""
+    before, t0 = cache_entries(), time.monotonic()
+    for i, spec in enumerate(specs):
+        prep = synthetic(spec, device, seed=i)
+        warm(prep, spec, device)
+        del prep
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return {"specs": len(specs), "rows": len(warm_rows()), "compiled": cache_entries() - before,
+            "seconds": round(time.monotonic() - t0, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m radiance.kernels.warmup", description=__doc__.splitlines()[0])
+    p.add_argument("--specs", type=Path, required=True, help="JSON list of LinearSpec fields")
+    p.add_argument("--report", type=Path, required=True, help="where to write what was compiled (JSON)")
+    args = p.parse_args(argv)
+    specs = [LinearSpec(s["method"], tuple(s["sizes"]), s["k"], s["bias"], s["dtype"])
+             for s in json.loads(args.specs.read_text())]
+    if not torch.cuda.is_available():
+        print("warm-up: no CUDA device visible; the NVIDIA kernels are warmed on the GPU they serve on",
+              file=sys.stderr)
+        return NO_GPU
+    report = warm_specs(specs, torch.device("cuda", 0))
+    args.report.write_text(json.dumps(report) + "\n")
+    return 0
+
+
+def specs_json(specs: list[LinearSpec]) -> str:
+    return json.dumps([asdict(s) for s in specs], sort_keys=True)
+
+
+# knobs that change nothing about which kernels run (paths, the eval-mode judge)
+_NOT_KERNEL_KNOBS = ("RADIANCE_HOME", "RADIANCE_KERNEL_DIR", "RADIANCE_PQ_CHECKALL", "RADIANCE_PQ_CHECK_MAX_M",
+                     "RADIANCE_PQ_CHECK_MAX_CALLS")
+
+
+def build_flag(specs: list[LinearSpec], env: dict[str, str]) -> str:
+    """The kernel-build key's part for a warm-up: its specs and the knobs the tables read."""
+    knobs = sorted((k, v) for k, v in env.items() if k.startswith("RADIANCE_") and k not in _NOT_KERNEL_KNOBS)
+    h = hashlib.sha256((specs_json(specs) + json.dumps(knobs)).encode()).hexdigest()[:16]
+    return f"warm={len(specs)}x{h}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

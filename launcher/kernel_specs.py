@@ -1,0 +1,121 @@
+"""The kernel-relevant shapes of a checkpoint's linears as one vLLM rank will prepare them.
+
+The launcher's NVIDIA build step warms the kernels for these shapes (kernels/warmup.py) before vLLM
+starts. Read from the safetensors headers (and, for paroquant, the small rotation tensors) of the
+checkpoint; vLLM's merges and tensor-parallel splits of Llama/Qwen-family layers are applied here.
+A shape missed here is not an error: the worker warms its own layers at load and logs what it had
+to compile that the launcher did not.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from radiance.kernels.warmup import LinearSpec
+
+GROUP = 128
+# vLLM's merged projections (its packed_modules_mapping for Llama/Qwen-family models), in order
+MERGED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+ROW_PARALLEL = ("o_proj", "down_proj")  # input features split across TP ranks
+LINEAR_NAMES = {p for parts in MERGED.values() for p in parts} | set(ROW_PARALLEL)
+ROTATION = ("pairs", "theta", "channel_scales")
+
+
+class SpecError(ValueError):
+    """The checkpoint cannot be read as the quant method says."""
+
+
+def headers(model_dir: Path) -> dict[str, tuple[Path, list[int]]]:
+    """tensor name -> (shard, shape), from the safetensors headers alone."""
+    out: dict[str, tuple[Path, list[int]]] = {}
+    for shard in sorted(Path(model_dir).glob("*.safetensors")):
+        with shard.open("rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            meta = json.loads(f.read(size))
+        out.update({k: (shard, v["shape"]) for k, v in meta.items() if k != "__metadata__"})
+    if not out:
+        raise SpecError(f"{model_dir}: no *.safetensors weights")
+    return out
+
+
+def activation_dtype(config: dict, stack_dtype: str) -> str:
+    if stack_dtype != "auto":
+        return stack_dtype
+    found = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
+    return "float16" if found == "float16" else "bfloat16"  # vLLM serves fp32 checkpoints in bf16 on GPUs
+
+
+def _shape_of(quant: str, shape: list[int]) -> tuple[int, int]:
+    """(N, K) of a module from its `qweight` (quantized) or `weight` (dense) shape."""
+    if quant == "paroquant":
+        return shape[1] * 8, shape[0]  # [K, N/8] int32
+    if quant == "pq2":
+        return shape[0], shape[1] * 4  # [N, K/4] uint8
+    return shape[0], shape[1]
+
+
+def _distinct_runs(model_dir: Path, tensors: dict, modules: list[str], sizes: list[int]) -> tuple[int, ...]:
+    """paroquant: partitions with the same rotation as the one before merge into one run (ops.dedup_rotations)."""
+    runs: list[int] = []
+    prev = None
+    for mod, size in zip(modules, sizes):
+        rot = []
+        for t in ROTATION:
+            shard, _ = tensors[f"{mod}.{t}"]
+            with safe_open(shard, "pt") as f:
+                rot.append(f.get_tensor(f"{mod}.{t}"))
+        if prev is not None and all(torch.equal(a, b) for a, b in zip(prev, rot)):
+            runs[-1] += size
+        else:
+            runs.append(size)
+        prev = rot
+    return tuple(runs)
+
+
+def linear_specs(model_dir: Path, quant: str, tp: int, stack_dtype: str = "auto") -> list[LinearSpec]:
+    """The distinct LinearSpecs of the checkpoint's quantized (and skipped 2-D) linears on one rank."""
+    model_dir = Path(model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    dtype = activation_dtype(config, stack_dtype)
+    tensors = headers(model_dir)
+    key = "qweight"
+    kinds: dict[str, tuple[str, tuple[int, int]]] = {}  # module -> (method, (N, K))
+    for name, (_, shape) in tensors.items():
+        mod, _, last = name.rpartition(".")
+        if mod.rpartition(".")[2] not in LINEAR_NAMES:
+            continue
+        if last == key:
+            kinds[mod] = (quant, _shape_of(quant, shape))
+        elif last == "weight" and len(shape) == 2:
+            kinds[mod] = ("dense", _shape_of("dense", shape))
+    specs: set[LinearSpec] = set()
+    done: set[str] = set()
+    for mod in sorted(kinds):
+        if mod in done:
+            continue
+        head, _, last = mod.rpartition(".")
+        group = next(([f"{head}.{p}" for p in parts] for parts in MERGED.values() if last in parts), [mod])
+        if not all(m in kinds for m in group):
+            group = [mod]  # a checkpoint that does not hold every projection vLLM merges: as it is
+        done.update(group)
+        methods = {kinds[m][0] for m in group}
+        if len(methods) != 1:
+            raise SpecError(f"{model_dir}: {', '.join(group)} are merged by vLLM but only some are quantized")
+        method = methods.pop()
+        k = kinds[group[0]][1][1]
+        sizes = [kinds[m][1][0] for m in group]
+        if last in ROW_PARALLEL and tp > 1:
+            k = k // tp if (k // tp) % GROUP == 0 and k % tp == 0 else k  # misaligned: replicated (plugin/layout)
+        elif tp > 1:
+            sizes = [s // tp for s in sizes]
+        runs = _distinct_runs(model_dir, tensors, group, sizes) if method == "paroquant" else (sum(sizes),)
+        bias = any(f"{m}.bias" in tensors for m in group)
+        # a row-parallel layer adds its bias on rank 0 only: the other ranks call without one
+        for b in {bias, bias and not (last in ROW_PARALLEL and tp > 1)}:
+            specs.add(LinearSpec(method, runs, k, b, dtype))
+    return sorted(specs, key=lambda s: (s.method, s.sizes, s.k, s.bias))
