@@ -87,6 +87,10 @@ class Server:
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
 
+    def jit_warnings(self) -> int:
+        """vLLM's JIT monitor warnings in the log (its `warn` mode; `error` fails the request instead)."""
+        return self.log.read_text(errors="replace").count("compilation during inference")
+
     def launcher_lines(self) -> list[str]:
         text = self.log.read_text(errors="replace")
         return [ln for ln in text.splitlines() if re.search(r"radiance-launch: kernels:|\[radiance\] kernels:", ln)]
@@ -133,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             run = {"quant": s.quant, "env": s.env, "ready_s": ready_s, "log": str(s.log)}
             run |= measure(s, args.seed, args.quick)
             run["launcher"] = s.launcher_lines()
+            run["jit_monitor_warnings"] = s.jit_warnings()
             result["runs"][s.name] = run
             _print(s.name, run)
             if not args.parallel_start:

@@ -50,7 +50,9 @@ def attach(layer: nn.Module, prep: ops.PreparedLinear, check=None) -> None:
     spec = warmup.pending(prep, call_bias(layer), layer.params_dtype)
     if spec is not None:
         before, t0 = warmup.cache_entries(), time.monotonic()
-        warmup.warm(prep, spec, next(layer.parameters()).device)
+        device = next(layer.parameters()).device
+        warmup.warm(prep, spec, device)
+        torch.cuda.empty_cache()  # the warm-up's activations: vLLM sizes its KV cache from what is left
         compiled = warmup.cache_entries() - before
         log.info("kernels: %s (%s) warmed at %d row counts in %.1f s; %d compiled here%s", layer._radiance_key, spec,
                  len(warmup.warm_rows()), time.monotonic() - t0, compiled,
