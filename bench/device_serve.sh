@@ -13,6 +13,7 @@
 set -eo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export RADIANCE_HOME=/tmp/rh OUT=${OUT:-/tmp/out} PATH=/tmp/site/bin:$PATH
+export BENCH_COMMIT=$(cat .carry/COMMIT 2>/dev/null || echo unknown)  # the commit the tree was sent from
 M=$RADIANCE_HOME/models
 STACKS=bench/stacks/h200.yaml
 ALL="--stack bf16 --stack awq --stack paro --stack paro-i8 --stack pq2 --stack small"
