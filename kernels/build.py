@@ -116,8 +116,10 @@ def _build_triton(arch: str, src_dir: Path, flags: Sequence[str], out: Path, *, 
         return []
     (out / "specs.json").write_text(specs_json(list(specs)) + "\n")
     report = out / "warm.json"
-    cmd = [sys.executable, "-m", "radiance.kernels.warmup", "--specs", str(out / "specs.json"), "--report", str(report)]
-    proc = subprocess.run(cmd, env={**os.environ, **(env or {})}, capture_output=True, text=True)
+    # -P and cwd /: a `radiance` folder in the caller's working directory (a checkout) must not shadow the package
+    cmd = [sys.executable, "-P", "-m", "radiance.kernels.warmup", "--specs", str(out / "specs.json"), "--report",
+           str(report)]
+    proc = subprocess.run(cmd, env={**os.environ, **(env or {})}, capture_output=True, text=True, cwd="/")
     if proc.returncode == NO_GPU:
         raise KernelBuildError(f"the {arch} kernels are compiled on the GPU the stack serves on, and this process "
                                "sees no CUDA device (CUDA_VISIBLE_DEVICES, the container's GPU access)")
