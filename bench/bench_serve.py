@@ -53,7 +53,8 @@ class Server:
         self.proc: subprocess.Popen | None = None
 
     def _cmd(self, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "radiance.launcher.cli", self.name, "--stacks", str(self.stacks),
+        # -P: this checkout's radiance/ folder (the working directory) must not shadow the installed package
+        return [sys.executable, "-P", "-m", "radiance.launcher.cli", self.name, "--stacks", str(self.stacks.resolve()),
                 "--mode", self.mode, *extra]
 
     def _triton_dir(self) -> Path:
