@@ -68,7 +68,11 @@ class Server:
             self.proc = subprocess.Popen(self._cmd(), stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
 
     def wait(self, startup_s: float) -> float:
-        r = wait_ready(self.base, self.model, startup_s=startup_s, interval_s=2.0)
+        def alive(_):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} ({self.mode}) exited with {self.proc.returncode}:\n{self.tail()}")
+
+        r = wait_ready(self.base, self.model, startup_s=startup_s, interval_s=2.0, on_attempt=alive)
         if not r.ok or self.proc.poll() is not None:
             raise RuntimeError(f"{self.name} ({self.mode}) did not become ready: {r.reason}\n{self.tail()}")
         return time.monotonic() - self.started_at

@@ -13,6 +13,8 @@
 set -eo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export RADIANCE_HOME=/tmp/rh OUT=${OUT:-/tmp/out} PATH=/tmp/site/bin:$PATH
+# the trimmed vLLM 0.26 has no flashinfer, which its V2 model runner's sampler imports: the V1 runner
+export VLLM_USE_V2_MODEL_RUNNER=0
 export BENCH_COMMIT=$(cat .carry/COMMIT 2>/dev/null || echo unknown)  # the commit the tree was sent from
 M=$RADIANCE_HOME/models
 STACKS=bench/stacks/h200.yaml
