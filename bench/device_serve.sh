@@ -59,7 +59,8 @@ for phase in "$@"; do
       python3 bench/serve_compare.py checkall $OUT/serve-eval.json || echo "CHECKALL: FAIL"
       python3 bench/serve_compare.py reference $OUT/serve-eval.json small $M/bench-small/paroquant || echo "reference: FAIL" ;;
     prod)
-      python3 bench/bench_serve.py --stacks $STACKS --mode prod $ALL --parallel-start --relaunch paro \
+      R=${RELAUNCH-paro}  # RELAUNCH= (empty) skips the second start
+      python3 bench/bench_serve.py --stacks $STACKS --mode prod $ALL --parallel-start ${R:+--relaunch $R} \
         --out $OUT/serve-prod.json --logs /tmp/logs-prod || echo "bench_serve: FAIL"
       tar czf $OUT/logs-prod.tgz -C /tmp logs-prod
       python3 bench/serve_compare.py reference $OUT/serve-prod.json small $M/bench-small/paroquant || echo "reference: FAIL"
