@@ -60,8 +60,10 @@ for phase in "$@"; do
       python3 bench/serve_compare.py reference $OUT/serve-eval.json small $M/bench-small/paroquant || echo "reference: FAIL" ;;
     prod)
       R=${RELAUNCH-paro}  # RELAUNCH= (empty) skips the second start
-      python3 bench/bench_serve.py --stacks $STACKS --mode prod $ALL --parallel-start ${R:+--relaunch $R} \
-        --out $OUT/serve-prod.json --logs /tmp/logs-prod || echo "bench_serve: FAIL"
+      # PROD_S: a deadline (SIGINT: bench_serve still writes what it measured and stops the servers)
+      timeout -s INT ${PROD_S:-0} python3 bench/bench_serve.py --stacks $STACKS --mode prod $ALL --parallel-start \
+        ${R:+--relaunch $R} --startup-s ${STARTUP_S:-540} --out $OUT/serve-prod.json --logs /tmp/logs-prod \
+        || echo "bench_serve: FAIL"
       tar czf $OUT/logs-prod.tgz -C /tmp logs-prod
       python3 bench/serve_compare.py reference $OUT/serve-prod.json small $M/bench-small/paroquant || echo "reference: FAIL"
       [ -f $OUT/serve-eval.json ] || cp /tmp/keep/serve-eval.json $OUT/ 2>/dev/null || true

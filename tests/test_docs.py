@@ -36,3 +36,11 @@ def test_code_uses_only_registered_knobs():
             if p.is_file() and p.suffix in {".py", ".j2", ".sh", ".hip", ".h", ".cu", ""} and "tests" not in p.parts:
                 used |= set(KNOB_RE.findall(p.read_text(errors="ignore")))
     assert used - set(KNOBS) == set(), "register these in radiance/knobs.py and the README table"
+
+
+def test_perf_page_is_generated_from_the_committed_results():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "perf_page.py"), "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
