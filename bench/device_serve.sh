@@ -18,7 +18,8 @@ export VLLM_USE_V2_MODEL_RUNNER=0
 export BENCH_COMMIT=$(cat .carry/COMMIT 2>/dev/null || echo unknown)  # the commit the tree was sent from
 M=$RADIANCE_HOME/models
 STACKS=bench/stacks/h200.yaml
-ALL="--stack bf16 --stack awq --stack paro --stack paro-i8 --stack pq2 --stack small"
+RUN=${RUN:-bf16 awq paro paro-i8 pq2 small}  # the stacks eval / prod start
+ALL=$(for s in $RUN; do printf -- "--stack %s " $s; done)
 mkdir -p "$OUT" "$M"
 install_radiance() {
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .carry/radiance-*.whl
@@ -45,9 +46,11 @@ for phase in "$@"; do
         --krot 1 --device cuda
       python3 bench/serve_models.py awq $M/bench27b/paroquant-identity $M/bench27b/awq
       radiance quantize $M/bench27b/bf16 $M/bench27b/pq2 --format pq2 --device cuda
-      python3 bench/serve_models.py dense $M/bench-small/bf16 --layers 2 --hidden 1024 --intermediate 2816 --heads 8 \
-        --kv-heads 2 --tokenizer /tmp/tok/qwen-tokenizer
-      radiance quantize $M/bench-small/bf16 $M/bench-small/paroquant --format paroquant --rotation random --device cuda
+      if [[ " $RUN " == *" small "* ]]; then
+        python3 bench/serve_models.py dense $M/bench-small/bf16 --layers 2 --hidden 1024 --intermediate 2816 --heads 8 \
+          --kv-heads 2 --tokenizer /tmp/tok/qwen-tokenizer
+        radiance quantize $M/bench-small/bf16 $M/bench-small/paroquant --format paroquant --rotation random --device cuda
+      fi
       du -sh $M/*/* ;;
     tests)  # the GPU tests this change added or touched (kernel numerics: bench/device_run.sh tests)
       timeout ${TEST_S:-240} python3 -P -m pytest -q -p no:cacheprovider -m gpu quantize/tests/test_convert.py \
@@ -65,7 +68,8 @@ for phase in "$@"; do
         ${R:+--relaunch $R} --startup-s ${STARTUP_S:-540} --out $OUT/serve-prod.json --logs /tmp/logs-prod \
         || echo "bench_serve: FAIL"
       tar czf $OUT/logs-prod.tgz -C /tmp logs-prod
-      python3 bench/serve_compare.py reference $OUT/serve-prod.json small $M/bench-small/paroquant || echo "reference: FAIL"
+      [[ " $RUN " == *" small "* ]] && { python3 bench/serve_compare.py reference $OUT/serve-prod.json small \
+        $M/bench-small/paroquant || echo "reference: FAIL"; }
       [ -f $OUT/serve-eval.json ] || cp /tmp/keep/serve-eval.json $OUT/ 2>/dev/null || true
       [ -f $OUT/serve-eval.json ] && { python3 bench/serve_compare.py modes $OUT/serve-eval.json $OUT/serve-prod.json \
         || echo "modes: FAIL"; } ;;
