@@ -248,18 +248,12 @@ def main():
                 except Exception as e:
                     print(f"# tinygemm {name} M={m}: {e!r}", flush=True)
                     tg = None
-            vlt = {}
-            for col, vl in (vls.items() if m in BASELINE_MS else ()):
+            ext = {}  # the other libraries' layers (x -> y), timed at BASELINE_MS
+            for col, fns in ({**vls, **gls}.items() if m in BASELINE_MS else ()):
                 try:
-                    vlt[col] = graph_time([lambda f=f, x=xs[i % 4]: f(x) for i, f in enumerate(vl)])
+                    ext[col] = graph_time([lambda f=f, x=xs[i % 4]: f(x) for i, f in enumerate(fns)])
                 except Exception as e:
-                    print(f"# vLLM {col} {name} M={m}: {type(e).__name__}: {str(e)[:200]}", flush=True)
-            glt = {}
-            for kind, gl in (gls.items() if m in BASELINE_MS else ()):
-                try:
-                    glt[kind] = graph_time([lambda g=g, x=xs[i % 4]: g(x) for i, g in enumerate(gl)])
-                except Exception as e:
-                    print(f"# gemlite {kind} {name} M={m}: {e!r}", flush=True)
+                    print(f"# {col} {name} M={m}: {type(e).__name__}: {str(e)[:200]}", flush=True)
             line = []
             runs = [("w4a16", p16, "a16w4"), ("w4a8", p8, "a8w4")]
             if m > ops.scratch_min_m(p16[0]) and not p16[0].scratch_prefill:
@@ -294,16 +288,16 @@ def main():
                         tried[str(t)] = round(v, 2)
                         if v < best:
                             best, best_t = v, t
-                gl_us = glt.get(gkind)
+                gl_us = ext.get(gkind)
                 emit({"path": label, "N": n, "K": k, "M": m, "us": round(us, 2), "roofline_us": round(roof, 2),
                       "cublas_bf16_us": round(cub, 2), "gemlite_us": gl_us and round(gl_us, 2),
-                      "tinygemm_us": tgt and round(tgt, 2), "machete_us": _r(vlt.get("machete")),
-                      "marlin_us": _r(vlt.get("marlin")), "shape": name, "tile": path_name(layers[0], m),
+                      "tinygemm_us": tgt and round(tgt, 2), "machete_us": _r(ext.get("machete")),
+                      "marlin_us": _r(ext.get("marlin")), "shape": name, "tile": path_name(layers[0], m),
                       "best_us": round(best, 2), "best_tile": str(best_t), "tried_us": tried or None})
                 line.append(f"{label}={us:7.1f}(best {best:7.1f})")
             print(f"{name:10s} M={m:5d} roof={roof:6.1f} cublas={cub:7.1f} tiny={tgt or float('nan'):7.1f} "
-                  f"machete={vlt.get('machete', float('nan')):7.1f} marlin={vlt.get('marlin', float('nan')):7.1f} "
-                  f"gl16={glt.get('a16w4', float('nan')):7.1f} gl8={glt.get('a8w4', float('nan')):7.1f} "
+                  f"machete={ext.get('machete', float('nan')):7.1f} marlin={ext.get('marlin', float('nan')):7.1f} "
+                  f"gl16={ext.get('a16w4', float('nan')):7.1f} gl8={ext.get('a8w4', float('nan')):7.1f} "
                   + " ".join(line), flush=True)
         del p16, p8, base16, base8, wbf, tg, gls, vls
         torch.cuda.empty_cache()

@@ -25,20 +25,10 @@ from safetensors.torch import save_file
 
 from radiance import atomic
 from radiance.quantize.convert import RECORD, TOKENIZER_FILES
+from radiance.testing.tiny_model import qwen2_config
 
 ROTATION = ("pairs", "theta", "channel_scales")
 AWQ_CONFIG = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
-
-
-def qwen2_config(layers: int, hidden: int, intermediate: int, heads: int, kv_heads: int, vocab: int) -> dict:
-    return {
-        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": hidden,
-        "intermediate_size": intermediate, "num_hidden_layers": layers, "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads, "vocab_size": vocab, "max_position_embeddings": 32768,
-        "max_window_layers": layers, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "hidden_act": "silu",
-        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_sliding_window": False,
-        "bos_token_id": 151643, "eos_token_id": 151645,
-    }
 
 
 def dense(out: Path, cfg: dict, tokenizer: Path, seed: int, device: str, layers_per_shard: int = 4) -> Path:
@@ -140,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("out", type=Path)
     args = ap.parse_args(argv)
     if args.cmd == "dense":
-        cfg = qwen2_config(args.layers, args.hidden, args.intermediate, args.heads, args.kv_heads, args.vocab)
+        cfg = {**qwen2_config(args.layers, args.hidden, args.intermediate, args.heads, args.kv_heads, args.vocab),
+               "bos_token_id": 151643, "eos_token_id": 151645}  # the Qwen tokenizer's
         print(dense(args.out, cfg, args.tokenizer, args.seed, args.device))
     else:
         print(awq_from_identity(args.src, args.out))

@@ -16,15 +16,20 @@ H, I, HEADS, KV, VOCAB, LAYERS = 256, 512, 4, 2, 512, 2
 HEAD_DIM = H // HEADS
 
 
-def tiny_config(quant: dict) -> dict:
+def qwen2_config(layers: int, hidden: int, intermediate: int, heads: int, kv_heads: int, vocab: int,
+                 max_positions: int = 32768, rope_theta: float = 1000000.0) -> dict:
+    """A Qwen2ForCausalLM config.json of these dimensions (bf16, untied lm_head)."""
     return {
-        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": H,
-        "intermediate_size": I, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
-        "num_key_value_heads": KV, "vocab_size": VOCAB, "max_position_embeddings": 512,
-        "max_window_layers": LAYERS, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "silu",
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": hidden,
+        "intermediate_size": intermediate, "num_hidden_layers": layers, "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads, "vocab_size": vocab, "max_position_embeddings": max_positions,
+        "max_window_layers": layers, "rms_norm_eps": 1e-6, "rope_theta": rope_theta, "hidden_act": "silu",
         "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_sliding_window": False,
-        "quantization_config": quant,
     }
+
+
+def tiny_config(quant: dict) -> dict:
+    return {**qwen2_config(LAYERS, H, I, HEADS, KV, VOCAB, 512, 10000.0), "quantization_config": quant}
 
 
 def _linears(layer: int) -> dict[str, tuple[int, int]]:
