@@ -37,7 +37,8 @@ from radiance.healthchecks.probe import wait_ready  # noqa: E402
 from radiance.kernels.warmup import cache_entries  # noqa: E402
 from radiance.launcher.stack import load_stacks  # noqa: E402
 
-DECODE = ((1, 2), (4, 2), (16, 3))  # (concurrency, rounds)
+DECODE = "1:256:2,4:256:2,16:256:3"  # concurrency:tokens:rounds, each comma-separated entry
+QUICK = "1:32:1,4:32:1"
 
 
 class Server:
@@ -101,14 +102,15 @@ class Server:
         return [ln for ln in text.splitlines() if re.search(r"radiance-launch: kernels:|\[radiance\] kernels:", ln)]
 
 
-def measure(s: Server, seed: int, quick: bool) -> dict:
+def measure(s: Server, seed: int, decode: str, prefill: tuple[int, int]) -> dict:
     before = cache_entries(s.triton)
     row: dict = {"samples": client.samples(s.base, s.model, seed)}
-    decode = ((1, 1), (4, 1)) if quick else DECODE
-    tokens = 32 if quick else 256
-    for conc, rounds in decode:
-        row[f"c{conc}"] = [client.decode_round(s.base, s.model, conc, tokens, seed + 100 * conc + r) for r in range(rounds)]
-    row["prefill"] = client.prefill(s.base, s.model, 256 if quick else 2048, 2 if quick else 8, seed + 7)
+    for entry in decode.split(","):
+        conc, tokens, rounds = map(int, entry.split(":"))
+        row[f"c{conc}"] = [client.decode_round(s.base, s.model, conc, tokens, seed + 100 * conc + r) | {"tokens": tokens}
+                           for r in range(rounds)]
+    if prefill[1]:
+        row["prefill"] = client.prefill(s.base, s.model, prefill[0], prefill[1], seed + 7)
     row["kernels_compiled_while_serving"] = cache_entries(s.triton) - before
     return row
 
@@ -144,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--relaunch", default=None, help="after the runs, start this stack again and record the start")
     ap.add_argument("--startup-s", type=float, default=540)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="short workloads (a CPU rehearsal of the script)")
+    ap.add_argument("--quick", action="store_true", help=f"short workloads: --decode {QUICK} --prefill 256:2")
+    ap.add_argument("--decode", default=DECODE, help="concurrency:tokens:rounds[,...] (default %(default)s)")
+    ap.add_argument("--prefill", default="2048:8", help="prompt tokens:prompts (0 prompts: none; default %(default)s)")
     args = ap.parse_args(argv)
     logs = args.logs or args.out.parent
     logs.mkdir(parents=True, exist_ok=True)
@@ -160,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             ready_s = s.wait(args.startup_s)
             print(f"== {s.name} ({s.mode}) ready after {ready_s:.0f} s", flush=True)
             run = {"quant": s.quant, "env": s.env, "ready_s": ready_s, "log": str(s.log)}
-            run |= measure(s, args.seed, args.quick)
+            prefill = (256, 2) if args.quick else tuple(map(int, args.prefill.split(":")))
+            run |= measure(s, args.seed, QUICK if args.quick else args.decode, prefill)
             run["launcher"] = s.launcher_lines()
             run["jit_monitor_warnings"] = s.jit_warnings()
             result["runs"][s.name] = run
@@ -186,12 +191,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print(name: str, run: dict) -> None:
-    dec = "  ".join(f"c{c}: " + "/".join(f"{r['tokens_per_s']:.0f}" for r in run[f"c{c}"]) for c in (1, 4, 16)
-                    if f"c{c}" in run)
-    p = run["prefill"]
-    print(f"{name:>10}: {dec} tok/s | prefill {p['prefill_tokens_per_s']:.0f} tok/s, ttft p50 "
-          f"{1000 * p['ttft_p50_s']:.0f} ms | compiled while serving: {run['kernels_compiled_while_serving']}",
-          flush=True)
+    dec = "  ".join(f"{k}: " + "/".join(f"{r['tokens_per_s']:.1f}" for r in v) for k, v in run.items()
+                    if re.fullmatch(r"c\d+", k))
+    p = run.get("prefill")
+    pre = f" | prefill {p['prefill_tokens_per_s']:.0f} tok/s, ttft p50 {1000 * p['ttft_p50_s']:.0f} ms" if p else ""
+    print(f"{name:>10}: {dec} tok/s{pre} | compiled while serving: {run['kernels_compiled_while_serving']}", flush=True)
 
 
 if __name__ == "__main__":

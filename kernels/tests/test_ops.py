@@ -1,4 +1,5 @@
-"""kernels.ops: CPU rows are bit-identical to the reference; dedup, guard and dispatch errors."""
+"""kernels.ops: the exact CPU rows are bit-identical to the reference, the folded fast path equal to
+it up to rounding; dedup, guard and dispatch errors."""
 
 from __future__ import annotations
 
@@ -81,9 +82,44 @@ def test_pq2_cpu_is_bit_identical_to_reference(cpu_weights):
         assert torch.equal(ops.linear_forward(prep, x, bias), R.pq2_linear(x, t, bias))
 
 
+def _rel(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((y.float() - ref.float()).norm() / ref.float().norm())
+
+
+# The folded path's tolerances against the exact reference: in fp32 only the folding's rounding
+# (products of 128 terms: ~1e-6 relative); in bf16 the folded weight's and the output's rounding
+# (2^-9 each, averaged over K terms: ~3e-3 relative), pq2 also its dequantized activations'.
+FOLDED_REL = {torch.float32: 2e-5, torch.bfloat16: 1e-2}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m", [1, 7, 200])
+def test_paroquant_folded_matches_the_reference(m, dtype, monkeypatch):
+    monkeypatch.setenv("RADIANCE_CPU_WEIGHTS", "folded")
+    q, k, v = _paro(64, 384, 1), _paro(32, 384, 2), _paro(32, 384, 3)  # three rotations, one GEMM
+    prep = _merged([q, k, v])
+    x = torch.randn(m, 384).to(dtype)
+    bias = torch.randn(128).to(dtype)
+    want = torch.cat([R.paroquant_linear(x.float(), t) for t in (q, k, v)], 1) + bias.float()
+    y = ops.linear_forward(prep, x, bias)
+    assert y.dtype == dtype and _rel(y, want) < FOLDED_REL[dtype]
+    assert "folded" not in prep.data and f"folded:{dtype}" in prep.data  # cast once, the fp32 copy dropped
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pq2_folded_matches_the_reference(dtype, monkeypatch):
+    monkeypatch.setenv("RADIANCE_CPU_WEIGHTS", "folded")
+    t = rtn.pq2_linear_tensors(torch.randn(80, 384, generator=torch.Generator().manual_seed(0)))
+    prep = ops.prepare_pq2(t.qweight, t.scales)
+    for m in (1, 70, 300):
+        x = torch.randn(m, 384).to(dtype)
+        y = ops.linear_forward(prep, x)
+        assert _rel(y, R.pq2_linear(x.float(), t)) < FOLDED_REL[dtype]
+
+
 def test_bad_cpu_weights_value(monkeypatch):
     monkeypatch.setenv("RADIANCE_CPU_WEIGHTS", "fp16")
-    with pytest.raises(ValueError, match="RADIANCE_CPU_WEIGHTS='fp16': use fp32"):
+    with pytest.raises(ValueError, match="RADIANCE_CPU_WEIGHTS='fp16': use folded"):
         _merged([_paro(32, 128, 0)])
 
 

@@ -32,8 +32,11 @@ def _expected(state, method, layer, projs, x):
     return torch.cat(outs, dim=-1)
 
 
+@pytest.mark.parametrize("cpu_weights", ["fp32", "folded"])
 @pytest.mark.parametrize("method, shared", [("paroquant", True), ("paroquant", False), ("pq2", False)])
-def test_every_layer_matches_the_reference(tmp_path, vllm_dist, tiny, method, shared):
+def test_every_layer_matches_the_reference(tmp_path, vllm_dist, tiny, method, shared, cpu_weights, monkeypatch):
+    """The exact CPU path bit for bit; the folded one within its bf16 rounding (kernels/tests/test_ops.py)."""
+    monkeypatch.setenv("RADIANCE_CPU_WEIGHTS", cpu_weights)
     state = tiny.quantize_state(tiny.dense_state(), method, shared_qkv=shared)
     cfg = tiny.PARO_CFG if method == "paroquant" else tiny.PQ2_CFG
     model, _ = tiny.load_in_vllm(tiny.write_checkpoint(tmp_path / "ckpt", state, cfg))
@@ -55,4 +58,8 @@ def test_every_layer_matches_the_reference(tmp_path, vllm_dist, tiny, method, sh
                 x = torch.randn(m, mod.input_size, generator=gen).bfloat16()
                 y, _ = mod(x)
                 want = _expected(state, method, i, projs, x)
-                assert torch.equal(y, want), (site, m, (y.float() - want.float()).abs().max())
+                if cpu_weights == "fp32":
+                    assert torch.equal(y, want), (site, m, (y.float() - want.float()).abs().max())
+                else:
+                    rel = float((y.float() - want.float()).norm() / want.float().norm())
+                    assert rel < 1e-2, (site, m, rel)

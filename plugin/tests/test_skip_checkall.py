@@ -63,6 +63,7 @@ def test_partial_skip_of_a_merged_layer_is_an_error(tiny, tmp_path, vllm_dist, m
 def test_checkall_logs_rel_per_call_and_labels_zero_input(tiny, tmp_path, vllm_dist, monkeypatch, radiance_log, method):
     monkeypatch.setenv("RADIANCE_PQ_CHECKALL", "512:256,1024:256,256:512")
     monkeypatch.setenv("RADIANCE_PQ_CHECK_MAX_M", "4")
+    monkeypatch.setenv("RADIANCE_CPU_WEIGHTS", "fp32")  # the exact path: rel is then summation order only
     state = tiny.quantize_state(tiny.dense_state(), method, shared_qkv=False)
     quant = tiny.PARO_CFG if method == "paroquant" else tiny.PQ2_CFG
     model, _ = tiny.load_in_vllm(tiny.write_checkpoint(tmp_path / "ckpt", state, quant))
@@ -95,8 +96,10 @@ def test_checkall_call_budget(tiny, tmp_path, vllm_dist, monkeypatch, radiance_l
 
 
 def test_checkall_wrong_partition_mapping_is_caught(tiny, tmp_path, vllm_dist, monkeypatch, radiance_log):
-    """The judge works per projection from the raw tensors: swapping two runs' rotations shows up."""
+    """The judge works per projection from the raw tensors: swapping two runs' rotations shows up
+    (on the exact path, which applies the rotations per call; the folded one bakes them in at load)."""
     monkeypatch.setenv("RADIANCE_PQ_CHECKALL", "512:256")
+    monkeypatch.setenv("RADIANCE_CPU_WEIGHTS", "fp32")
     state = tiny.quantize_state(tiny.dense_state(), "paroquant", shared_qkv=False)
     model, _ = tiny.load_in_vllm(tiny.write_checkpoint(tmp_path / "ckpt", state, tiny.PARO_CFG))
     qkv = model.model.layers[0].self_attn.qkv_proj

@@ -1,0 +1,66 @@
+"""The CPU fast path (RADIANCE_CPU_WEIGHTS=folded): one plain GEMM per linear, in the activations' dtype.
+
+paroquant's rotation of a 128-group is one orthogonal 128x128 matrix M_g (the krot Givens layers)
+after the channel scales, so
+
+    y = ((x * cs) R^T) W^T = sum_g x_g (diag(cs_g) M_g W_g^T)   ->   W'_g = (W_g M_g^T) * cs_g
+
+is folded into the dequantized weight once at load: a call is `F.linear(x, W', bias)`, the bytes
+and the GEMM of an unquantized model. pq2's activations are int8 per 128-group by format, which
+no weight can absorb: a call quantizes them as the reference does (`quant_int8_group`), multiplies
+the codes back by their scales and runs the GEMM on the dequantized ternary weight.
+
+The same function as kernels/reference.py up to rounding (the folding's, and the weights' and the
+dequantized activations' in bf16): tests/test_ops.py states the tolerances. The exact reference
+(RADIANCE_CPU_WEIGHTS=fp32 / int8) stays the judge: CHECKALL and `radiance eval` use it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from radiance.kernels import reference
+from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors
+from radiance.kernels.formats.pq2 import Pq2Tensors
+
+WEIGHT = "folded"  # prep.data key of the fp32 folded weight until the first call casts it
+
+
+def prepare_paroquant(prep, t: ParoTensors) -> None:
+    """prep: an ops.PreparedLinear with its rotations and runs set; t: the merged tensors."""
+    w = reference.dequant_paroquant(t.qweight, t.qzeros, t.scales)  # fp32 [N, K]
+    groups = prep.in_features // GROUP_SIZE
+    for run in prep.runs:
+        rot = prep.rotations[run.rotation]
+        mats = reference.group_rotation_matrices(rot.plan)  # [G, 128, 128]: rotate(x)_g = (x * cs)_g M_g
+        wg = w[run.n0:run.n1].view(-1, groups, GROUP_SIZE)
+        cs = rot.channel_scales.to(torch.float32).view(1, groups, GROUP_SIZE)
+        w[run.n0:run.n1] = (torch.einsum("ngl,gkl->ngk", wg, mats) * cs).reshape(-1, prep.in_features)
+    prep.data[WEIGHT] = w
+
+
+def prepare_pq2(prep, t: Pq2Tensors) -> None:
+    prep.data[WEIGHT] = reference.dequant_pq2(t.qweight, t.scales)  # fp32 [N, K]
+
+
+def _weight(prep, dtype: torch.dtype) -> torch.Tensor:
+    """The folded weight in the activations' dtype, cast at the first call (vLLM keeps one dtype;
+    the fp32 copy is dropped then, and another dtype later is cast from the one kept)."""
+    key = f"{WEIGHT}:{dtype}"
+    w = prep.data.get(key)
+    if w is None:
+        src = prep.data.pop(WEIGHT, None)
+        if src is None:
+            src = next(v for k, v in prep.data.items() if k.startswith(f"{WEIGHT}:"))
+        w = prep.data[key] = src.to(dtype).contiguous()
+    return w
+
+
+def paroquant_linear(prep, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.nn.functional.linear(x, _weight(prep, x.dtype), None if bias is None else bias.to(x.dtype))
+
+
+def pq2_linear(prep, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    q, a = reference.quant_int8_group(x.to(torch.float32), GROUP_SIZE)
+    xq = (q.to(torch.float32).view(x.shape[0], -1, GROUP_SIZE) * a.unsqueeze(-1)).view(x.shape).to(x.dtype)
+    return torch.nn.functional.linear(xq, _weight(prep, x.dtype), None if bias is None else bias.to(x.dtype))
