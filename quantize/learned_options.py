@@ -23,8 +23,9 @@ class LearnedOptions:
     epochs: int = 10  # per stage
     batch: int = 4  # windows per optimizer step
     lr_rotation: float = 0.05  # stage 1: angles and channel scales
-    lr_weight: float = 1e-5  # stage 2: the rotated weight
-    lr_quantizer: float = 1e-6  # stage 2: per-group scales and zeros
+    # stage 2: 5x ParoQuant's rates, since these defaults make 4-10x fewer optimizer steps per stage
+    lr_weight: float = 5e-5  # stage 2: the rotated weight
+    lr_quantizer: float = 5e-6  # stage 2: per-group scales and zeros
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.95)
     resume: bool = field(default=False, compare=False)
