@@ -281,6 +281,30 @@ def cpu_rotation_shim() -> None:
     sys.modules["paroquant.kernels.cuda"] = types.SimpleNamespace(scaled_pairwise_rotation=scaled_pairwise_rotation)
 
 
+NEEDED = {  # module -> what to carry in .whl/ when the device's Python lacks it (pip download --no-deps)
+    "paroquant": "paroquant==0.1.16 (paroquant-0.1.16-py3-none-any.whl)",
+    "ninja": "ninja==1.13.2 (ninja-1.13.2-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl; torch's cpp_extension builds z-lab's rotation with it)",
+    "transformers": "transformers==5.19.0 (py3-none-any) with tokenizers, huggingface-hub, safetensors, regex",
+    "tokenizers": "tokenizers (cp39-abi3 manylinux x86_64)",
+    "safetensors": "safetensors (cp38-abi3 manylinux x86_64)",
+    "rich": "rich, markdown-it-py, mdurl, pygments (py3-none-any)",
+    "filelock": "filelock (py3-none-any)",
+}
+
+
+def preflight() -> None:
+    import importlib.util
+    import shutil
+
+    missing = [f"{m}: {w}" for m, w in NEEDED.items() if importlib.util.find_spec(m) is None]
+    if shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").is_file():
+        missing.append("nvcc: z-lab's CUDA rotation extension is built with it at import")
+    if not (CARRY / f"qwen05b_layer{LAYER}.safetensors").is_file():
+        missing.append(f"{CARRY}: carry .carry (made by `python bench/bench_learned.py export`)")
+    if missing:
+        sys.exit("bench_learned: missing on this machine:\n  " + "\n  ".join(missing))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("mode", choices=["export", "device", "cpu-check"])
@@ -292,7 +316,9 @@ def main() -> None:
         return export()
     global EPOCHS
     dev = "cuda" if args.mode == "device" else "cpu"
-    if dev == "cpu":
+    if dev == "cuda":
+        preflight()
+    else:
         EPOCHS = 1
         cpu_rotation_shim()
         torch.set_num_threads(1)
