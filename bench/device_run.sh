@@ -2,6 +2,7 @@
 # One device call, run from the repo root on the lent H200(s) with .whl and .paro_real carried:
 #   bash bench/device_run.sh tp tests pq2 paro      (any subset, in that order)
 # tp: bench/bench_tp.py (needs nvidia-h200-x2); tests: every gpu test of radiance.kernels;
+# learned: bench/bench_learned.py (z-lab's ParoQuant optimizer vs radiance's on a real Qwen layer, then the whole 0.5B; .carry/learned and its wheels carried);
 # sweep: bench/sweep_paro_decode.py (decode tiles); pdl: bench/pdl_probe.py (programmatic dependent launch at decode, on vs off); floor: bench/floor.py (what an M = 1 linear cannot beat); pattern: bench/read_pattern.py (the decode GEMM's read pattern against a contiguous one); prologue: bench/sweep_prologue.py; ncu: Nsight Compute on bench/$NCU_TARGET's kernels matching $NCU_K (sections, then stall reasons as CSV); breakdown: bench/prefill_breakdown.py; gemmdata: bench/gemm_data.py (cuBLAS time against operand dtype and values); pq2 / paro: the two kernel benchmarks (extra args through PQ2_ARGS / PARO_ARGS; TESTS narrows the tests, TEST_K selects by -k).
 set -o pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -19,6 +20,7 @@ for step in "$@"; do
              | tee $OUT/pytest.log | tail -25 ;;
     pq2) python3 bench/bench_pq2.py --out $OUT $PQ2_ARGS 2>&1 | tee $OUT/pq2.log | tail -40 ;;
     paro) python3 bench/bench_paro.py --out $OUT $PARO_ARGS 2>&1 | tee $OUT/paro.log | tail -40 ;;
+    learned) python3 bench/bench_learned.py device --out $OUT $LEARNED_ARGS 2>&1 | tee $OUT/learned.log | tail -60 ;;
     sweep) python3 bench/sweep_paro_decode.py --out $OUT $SWEEP_ARGS 2>&1 | tee $OUT/sweep.log | tail -60 ;;
     gemmdata) python3 bench/gemm_data.py $GEMMDATA_ARGS 2>&1 | tee $OUT/gemmdata.log | tail -40 ;;
     breakdown) python3 bench/prefill_breakdown.py $BREAKDOWN_ARGS 2>&1 | tee $OUT/breakdown.log | tail -20 ;;

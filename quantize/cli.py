@@ -38,20 +38,30 @@ def quantize_cmd(
     src: Annotated[Path, typer.Argument(help="HF bf16/fp16 checkpoint directory (Llama/Qwen family).")],
     out: Annotated[Path, typer.Argument(help="Output directory (replaced atomically).")],
     format: Annotated[str, typer.Option("--format", help="paroquant (int4 + rotations) or pq2 (ternary).")],
-    rotation: Annotated[str, typer.Option("--rotation", help="paroquant rotations: identity or random.")] = "random",
+    rotation: Annotated[str, typer.Option("--rotation", help="paroquant rotations: identity, random or learned (ParoQuant's optimizer).")] = "random",
     krot: Annotated[int, typer.Option("--krot", help="paroquant rotation layers, 1..8.")] = 8,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random rotations.")] = 0,
     skip: Annotated[list[str] | None, typer.Option("--skip", help="Extra regex of module names left unquantized (repeatable).")] = None,
     device: Annotated[str, typer.Option("--device", help="Where the math runs: cpu or cuda (same codes up to float rounding order).")] = "cpu",
+    calib: Annotated[Path | None, typer.Option("--calib", help="learned: UTF-8 calibration text (default: the shipped corpus).")] = None,
+    samples: Annotated[int | None, typer.Option("--samples", help="learned: calibration windows (default 128).")] = None,
+    seq_len: Annotated[int | None, typer.Option("--seq-len", help="learned: tokens per window (default 512).")] = None,
+    epochs: Annotated[int | None, typer.Option("--epochs", help="learned: epochs of each of the two stages (default 10).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="learned: continue after the last layer a killed run finished.")] = False,
 ) -> None:
-    """Quantize SRC into OUT as paroquant (asymmetric int4 RTN per 128-group) or pq2 (ternary)."""
+    """Quantize SRC into OUT as paroquant (int4 per 128-group, RTN or learned rotations) or pq2 (ternary)."""
     from radiance.kernels.formats import FormatError
+    from radiance.quantize.calibration import CalibrationError
     from radiance.quantize.convert import QuantizeError, QuantizeOptions, quantize_checkpoint
+    from radiance.quantize.learned_options import LearnedOptions
 
-    opts = QuantizeOptions(format, rotation, krot, seed, tuple(skip or ()), device)
+    given = {k: v for k, v in (("calib", calib and str(calib)), ("samples", samples), ("seq_len", seq_len),
+                               ("epochs", epochs), ("resume", resume or None)) if v is not None}
+    learned = LearnedOptions(**given) if given or rotation == "learned" else None
+    opts = QuantizeOptions(format, rotation, krot, seed, tuple(skip or ()), device, learned)
     try:
         typer.echo(quantize_checkpoint(src, out, opts))
-    except (QuantizeError, FormatError) as e:
+    except (QuantizeError, FormatError, CalibrationError) as e:
         _fail(str(e), 2)
 
 

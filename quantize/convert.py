@@ -10,6 +10,7 @@ paroquant: asymmetric int4 RTN per 128-group of rotate(W / cs), so that
 - random: per linear, per layer, per group a random permutation read two by two, angles uniform in
   [-pi, pi), channel_scales log-uniform in [2^-1/4, 2^1/4] (so a path that drops the scales shows
   up in the quality numbers). Seeded per linear from (seed, module name): reproducible.
+- learned: ParoQuant's layer-wise optimizer on calibration text (quantize/learned.py).
 pq2: ternary codes with an absmean scale per 128 weights.
 """
 
@@ -33,10 +34,11 @@ from radiance.kernels.formats import paroquant as paro_fmt
 from radiance.kernels.formats import pq2 as pq2_fmt
 from radiance.progress import bar as progress_bar
 from radiance.quantize import rtn
+from radiance.quantize.learned_options import LearnedOptions, LearnedOptionsError
 
 DEFAULT_SKIP = (r"(^|\.)embed_tokens$", r"(^|\.)lm_head$", r"norm", r"(^|\.)visual\.")
 FORMATS = ("paroquant", "pq2")
-ROTATIONS = ("identity", "random")
+ROTATIONS = ("identity", "random", "learned")
 MAX_KROT = paro_fmt.MAX_KROT
 # bump when the quantizer's output for the same options changes (cached variants are rebuilt)
 QUANTIZER_VERSION = 1
@@ -56,6 +58,7 @@ class QuantizeOptions:
     skip: tuple[str, ...] = field(default_factory=tuple)
     # where the math runs; the codes are the same up to float rounding order, so it is not recorded
     device: str = field(default="cpu", compare=False)
+    learned: LearnedOptions | None = None  # the optimizer's settings, with --rotation learned only
 
     def check(self) -> None:
         if self.format not in FORMATS:
@@ -68,6 +71,16 @@ class QuantizeOptions:
             raise QuantizeError(f"--device {self.device!r}: use cpu or cuda")
         if self.device != "cpu" and not torch.cuda.is_available():
             raise QuantizeError(f"--device {self.device}: no CUDA GPU is visible here; use --device cpu")
+        if self.rotation == "learned":
+            if self.format != "paroquant":
+                raise QuantizeError("--rotation learned applies to --format paroquant only")
+            self.learned = self.learned or LearnedOptions()
+            try:
+                self.learned.check()
+            except LearnedOptionsError as e:
+                raise QuantizeError(str(e)) from None
+        elif self.learned is not None:
+            raise QuantizeError(f"--calib/--samples/--seq-len/--epochs/--resume need --rotation learned (got {self.rotation})")
         for rx in self.skip:
             try:
                 re.compile(rx)
@@ -77,6 +90,10 @@ class QuantizeOptions:
     def record(self) -> dict:
         rec = {**asdict(self), "skip": list(self.skip)}
         del rec["device"]
+        if self.learned is None:
+            del rec["learned"]
+        else:  # a learned result depends on the device's float order: recorded
+            rec["learned"] = self.learned.record(self.device)
         return rec
 
     def quantization_config(self) -> dict:
@@ -116,16 +133,13 @@ def quantize_linear(prefix: str, w: torch.Tensor, opts: QuantizeOptions) -> dict
 
 def _quantize_linear(prefix: str, w: torch.Tensor, opts: QuantizeOptions) -> dict[str, torch.Tensor]:
     n, k = w.shape
-    if k % 128:
-        raise QuantizeError(
-            f"{prefix}.weight: in_features {k} is not a multiple of 128; leave it unquantized with --skip '{re.escape(prefix)}'"
-        )
+    check_linear_shape(prefix, n, k, opts.format)
     if opts.format == "pq2":
         t = rtn.pq2_linear_tensors(w)
         pq2_fmt.validate(t, prefix)
         return t.to_state(prefix)
-    if n % 8:
-        raise QuantizeError(f"{prefix}.weight: out_features {n} is not a multiple of 8 (AWQ packing); --skip it")
+    if opts.rotation == "learned":
+        raise QuantizeError(f"{prefix}: learned rotations are made per decoder layer (quantize/learned.py)")
     if opts.rotation == "identity":
         pairs, theta = rtn.identity_rotation(k, opts.krot)
         cs = None
@@ -139,6 +153,15 @@ def _quantize_linear(prefix: str, w: torch.Tensor, opts: QuantizeOptions) -> dic
     t = rtn.paroquant_linear_tensors(w, pairs.to(w.device), theta.to(w.device), cs)
     paro_fmt.validate(t, prefix)
     return t.to_state(prefix)
+
+
+def check_linear_shape(prefix: str, n: int, k: int, fmt: str) -> None:
+    if k % 128:
+        raise QuantizeError(
+            f"{prefix}.weight: in_features {k} is not a multiple of 128; leave it unquantized with --skip '{re.escape(prefix)}'"
+        )
+    if fmt == "paroquant" and n % 8:
+        raise QuantizeError(f"{prefix}.weight: out_features {n} is not a multiple of 8 (AWQ packing); --skip it")
 
 
 @contextlib.contextmanager
@@ -155,11 +178,17 @@ def single_thread():
 
 def quantize_checkpoint(src: Path, out: Path, opts: QuantizeOptions, progress: bool = True) -> Path:
     """Write the quantized checkpoint to `out` atomically (a failure leaves nothing behind)."""
+    if opts.rotation == "learned":  # large ops: torch's own thread count (quantize/learned.py)
+        from radiance.quantize.learned import quantize_learned
+
+        return quantize_learned(src, out, opts, progress)
     with single_thread():
-        return _quantize_checkpoint(src, out, opts, progress)
+        return write_checkpoint(src, out, opts, progress)
 
 
-def _quantize_checkpoint(src: Path, out: Path, opts: QuantizeOptions, progress: bool) -> Path:
+def write_checkpoint(src: Path, out: Path, opts: QuantizeOptions, progress: bool,
+                     linear_fn=quantize_linear, record_extra: dict | None = None) -> Path:
+    """`linear_fn(prefix, weight, opts)` gives each quantized linear's tensors (default: RTN)."""
     opts.check()
     src, out = Path(src), Path(out)
     shards = source_shards(src)
@@ -181,14 +210,15 @@ def _quantize_checkpoint(src: Path, out: Path, opts: QuantizeOptions, progress: 
                 for name in f.keys():
                     if name in todo:
                         prefix = name.removesuffix(".weight")
-                        tensors.update(quantize_linear(prefix, f.get_tensor(name), opts))
+                        tensors.update(linear_fn(prefix, f.get_tensor(name), opts))
                         bar.advance(task)
                     else:
                         tensors[name] = f.get_tensor(name)
             save_file(tensors, str(build / shard.name), metadata={"format": "pt"})
             weight_map.update({n: shard.name for n in tensors})
         copy_side_files(src, build, opts, weight_map, multi_shard=len(shards) > 1)
-        record = {"quantizer_version": QUANTIZER_VERSION, "options": opts.record(), "source": str(src.resolve())}
+        record = {"quantizer_version": QUANTIZER_VERSION, "options": opts.record(), "source": str(src.resolve()),
+                  **(record_extra or {})}
         (build / RECORD).write_text(json.dumps(record, indent=2) + "\n")
         build.chmod(0o755)
     return out

@@ -21,6 +21,9 @@ def variant_name(opts: QuantizeOptions) -> str:
         return "pq2"
     if opts.rotation == "identity":
         return f"paroquant-identity-k{opts.krot}"
+    if opts.rotation == "learned":
+        lo = opts.learned
+        return f"paroquant-learned-k{opts.krot}-s{opts.seed}-n{lo.samples}-l{lo.seq_len}-e{lo.epochs}"
     return f"paroquant-random-k{opts.krot}-s{opts.seed}"
 
 

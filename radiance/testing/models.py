@@ -8,7 +8,10 @@ session (a stamp file rebuilds a variant when the quantizer changes):
   random channel scales (exercises pairs, theta and channel_scales on every linear);
 - `qwen_paro_identity_dir`: paroquant-identity-k1/ — int4 RTN, one zero-angle rotation layer,
   channel scales 1 (the plain AWQ-style path);
-- `qwen_pq2_dir`: pq2/ — ternary, absmean scale per 128 weights.
+- `qwen_pq2_dir`: pq2/ — ternary, absmean scale per 128 weights;
+- `qwen_paro_learned_dir`: paroquant-learned-k8-s0-n4-l32-e1/ — `--rotation learned` on 4 windows
+  of 32 tokens, one epoch per stage: real learned angles, scales and fine-tuned weights in ~1 min
+  of CPU (a checkpoint for the format and the serving path, not for its quality).
 """
 
 from __future__ import annotations
@@ -20,11 +23,11 @@ import pytest
 MODEL = "qwen2.5-coder-0.5b"
 
 
-def _variant(fmt: str, rotation: str = "identity", krot: int = 1, seed: int = 0) -> Path:
+def _variant(fmt: str, rotation: str = "identity", krot: int = 1, seed: int = 0, learned=None) -> Path:
     from radiance.quantize.convert import QuantizeOptions
     from radiance.quantize.variants import ensure_quantized
 
-    return ensure_quantized(MODEL, QuantizeOptions(fmt, rotation, krot, seed))
+    return ensure_quantized(MODEL, QuantizeOptions(fmt, rotation, krot, seed, learned=learned))
 
 
 @pytest.fixture(scope="session")
@@ -47,3 +50,12 @@ def qwen_paro_identity_dir(qwen_bf16_dir) -> Path:
 @pytest.fixture(scope="session")
 def qwen_pq2_dir(qwen_bf16_dir) -> Path:
     return _variant("pq2")
+
+
+@pytest.fixture(scope="session")
+def qwen_paro_learned_dir(qwen_bf16_dir) -> Path:
+    from radiance.quantize.convert import single_thread
+    from radiance.quantize.learned_options import LearnedOptions
+
+    with single_thread():  # the shared 2-core machine: see convert.single_thread
+        return _variant("paroquant", "learned", krot=8, learned=LearnedOptions(samples=4, seq_len=32, epochs=1))
