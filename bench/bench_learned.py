@@ -261,10 +261,10 @@ def whole_model(dev: str, model: Path | None, deadline: float, out: Path) -> dic
 
 
 def random_qwen(path: Path) -> Path:
-    """Qwen2.5-0.5B's shapes, random weights (outlier channels as in radiance.testing.tiny_qwen)."""
+    """Qwen2.5-0.5B's shapes, random weights (outlier channels as in radiance.testing.tiny_model)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from radiance.testing.tiny_qwen import write_tiny_qwen
+    from radiance.testing.tiny_model import write_tiny_qwen
 
     write_tiny_qwen(path)  # its tokenizer (ids < 512 are valid ids of the real vocabulary)
     cfg = Qwen2Config.from_dict(json.loads((CARRY / "config.json").read_text()))

@@ -20,7 +20,7 @@ from radiance.quantize.convert import QuantizeError, QuantizeOptions, quantize_c
 from radiance.quantize.evaluate import reference_linears
 from radiance.quantize.learned_linear import LearnedLinear, disjoint_pairs
 from radiance.quantize.learned_options import LearnedOptions
-from radiance.testing.tiny_qwen import write_tiny_qwen
+from radiance.testing.tiny_model import write_tiny_qwen
 
 SMALL = {"samples": 8, "seq_len": 64, "epochs": 2}
 
