@@ -5,8 +5,9 @@ after the channel scales, so
 
     y = ((x * cs) R^T) W^T = sum_g x_g (diag(cs_g) M_g W_g^T)   ->   W'_g = (W_g M_g^T) * cs_g
 
-is folded into the dequantized weight once at load: a call is `F.linear(x, W', bias)`, the bytes
-and the GEMM of an unquantized model. pq2's activations are int8 per 128-group by format, which
+is folded into the dequantized weight once at load: a call is one GEMM on W', the bytes and the
+GEMM of an unquantized model -- vLLM's own CPU GEMM (oneDNN on prepacked weights) when the plugin
+hands it over (`folded_weight` + `PreparedLinear.gemm`), else torch's. pq2's activations are int8 per 128-group by format, which
 no weight can absorb: a call quantizes them as the reference does (`quant_int8_group`), multiplies
 the codes back by their scales and runs the GEMM on the dequantized ternary weight.
 
@@ -43,6 +44,14 @@ def prepare_pq2(prep, t: Pq2Tensors) -> None:
     prep.data[WEIGHT] = reference.dequant_pq2(t.qweight, t.scales)  # fp32 [N, K]
 
 
+def folded_weight(prep, dtype: torch.dtype) -> torch.Tensor | None:
+    """The folded weight in `dtype` for a platform GEMM to take over (plugin/cpu_gemm.py), or None
+    when `prep` is not on the folded path; the prepared layer keeps no copy of its own then."""
+    if WEIGHT not in prep.data:
+        return None
+    return prep.data.pop(WEIGHT).to(dtype).contiguous()
+
+
 def _weight(prep, dtype: torch.dtype) -> torch.Tensor:
     """The folded weight in the activations' dtype, cast at the first call (vLLM keeps one dtype;
     the fp32 copy is dropped then, and another dtype later is cast from the one kept)."""
@@ -56,11 +65,17 @@ def _weight(prep, dtype: torch.dtype) -> torch.Tensor:
     return w
 
 
-def paroquant_linear(prep, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def _gemm(prep, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if prep.gemm is not None:
+        return prep.gemm(x, bias)
     return torch.nn.functional.linear(x, _weight(prep, x.dtype), None if bias is None else bias.to(x.dtype))
+
+
+def paroquant_linear(prep, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return _gemm(prep, x, bias)
 
 
 def pq2_linear(prep, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     q, a = reference.quant_int8_group(x.to(torch.float32), GROUP_SIZE)
     xq = (q.to(torch.float32).view(x.shape[0], -1, GROUP_SIZE) * a.unsqueeze(-1)).view(x.shape).to(x.dtype)
-    return torch.nn.functional.linear(xq, _weight(prep, x.dtype), None if bias is None else bias.to(x.dtype))
+    return _gemm(prep, xq, bias)

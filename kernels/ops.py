@@ -59,6 +59,9 @@ class PreparedLinear:
     decode_max_m: int = 64
     kernel_set: str = "tuned"
     data: dict[str, torch.Tensor] = field(default_factory=dict)  # per-platform payload
+    # CPU folded path: the platform's GEMM (x, bias) -> y on the folded weight; the plugin hands vLLM's
+    # own CPU GEMM here (kernels/cpu_folded.py), else torch's
+    gemm: Callable | None = None
 
     @property
     def key(self) -> tuple[str, str]:

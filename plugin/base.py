@@ -14,7 +14,7 @@ from vllm.model_executor.layers.quantization.base_config import QuantizationConf
 from radiance.kernels import ops
 from radiance.kernels.formats import FormatError
 from radiance.knobs import knob
-from radiance.plugin import checkall, custom_op
+from radiance.plugin import checkall, cpu_gemm, custom_op
 from radiance.plugin.layout import Layout, layout_of
 from radiance.plugin.params import require_loaded
 from radiance.plugin.skip import SkinnyUnquantizedLinearMethod, is_skipped, skip_patterns
@@ -135,6 +135,7 @@ class RadianceLinearMethod(LinearMethodBase):
         lay: Layout = layer._radiance_layout
         require_loaded(lay, self.TENSORS)
         prep = self._prepare(layer, lay)
+        cpu_gemm.use_vllm_gemm(layer, prep)
         check = checkall.checker(layer, lay, self.config.get_name(), self._exact, prep.out_features, prep.in_features)
         custom_op.attach(layer, prep, check)
         if check is None:
