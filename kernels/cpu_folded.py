@@ -1,4 +1,5 @@
-"""The CPU fast path (RADIANCE_CPU_WEIGHTS=folded): one plain GEMM per linear, in the activations' dtype.
+"""The CPU fast paths: RADIANCE_CPU_WEIGHTS=folded, one plain GEMM per linear in the activations'
+dtype; RADIANCE_CPU_WEIGHTS=int4, the codes kept int4 for vLLM's CPU int4 GEMM.
 
 paroquant's rotation of a 128-group is one orthogonal 128x128 matrix M_g (the krot Givens layers)
 after the channel scales, so
@@ -10,6 +11,10 @@ GEMM of an unquantized model -- vLLM's own CPU GEMM (oneDNN on prepacked weights
 hands it over (`folded_weight` + `PreparedLinear.gemm`), else torch's. pq2's activations are int8 per 128-group by format, which
 no weight can absorb: a call quantizes them as the reference does (`quant_int8_group`), multiplies
 the codes back by their scales and runs the GEMM on the dequantized ternary weight.
+
+int4 keeps 4x fewer weight bytes: the activations of each distinct rotation are rotated per call by
+one batched product with the groups' matrices (channel scales folded in), then vLLM's int4 GEMM runs
+on the checkpoint's codes, one per run of output columns.
 
 The same function as kernels/reference.py up to rounding (the folding's, and the weights' and the
 dequantized activations' in bf16): tests/test_ops.py states the tolerances. The exact reference
@@ -38,6 +43,29 @@ def prepare_paroquant(prep, t: ParoTensors) -> None:
         cs = rot.channel_scales.to(torch.float32).view(1, groups, GROUP_SIZE)
         w[run.n0:run.n1] = (torch.einsum("ngl,gkl->ngk", wg, mats) * cs).reshape(-1, prep.in_features)
     prep.data[WEIGHT] = w
+
+
+def prepare_rotated(prep, t: ParoTensors) -> None:
+    """RADIANCE_CPU_WEIGHTS=int4: the codes stay int4 (for vLLM's CPU int4 GEMM, which the plugin
+    builds from `ROTATED_TENSORS` and hands over as `prep.run_gemms`), the rotation of each distinct
+    copy is one batched block product per call (its [G, 128, 128] matrices, channel scales folded in)."""
+    groups = prep.in_features // GROUP_SIZE
+    for i, rot in enumerate(prep.rotations):
+        mats = reference.group_rotation_matrices(rot.plan)  # rotate(x)_g = (x * cs)_g M_g
+        prep.data[f"rot{i}"] = mats * rot.channel_scales.to(torch.float32).view(groups, GROUP_SIZE, 1)
+    prep.data.update(qweight=t.qweight, qzeros=t.qzeros, scales=t.scales)
+
+
+ROTATED_TENSORS = ("qweight", "qzeros", "scales")  # popped by the plugin once its int4 GEMMs hold them
+
+
+def rotated_linear(prep, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    groups = prep.in_features // GROUP_SIZE
+    xg = x.to(torch.float32).view(x.shape[0], groups, GROUP_SIZE)
+    xs = [torch.einsum("mgk,gkl->mgl", xg, prep.data[f"rot{i}"]).reshape(x.shape).to(x.dtype)
+          for i in range(len(prep.rotations))]
+    y = torch.cat([gemm(xs[run.rotation]) for run, gemm in zip(prep.runs, prep.run_gemms)], dim=1)
+    return y if bias is None else y + bias.to(y.dtype)
 
 
 def prepare_pq2(prep, t: Pq2Tensors) -> None:

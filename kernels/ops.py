@@ -59,9 +59,10 @@ class PreparedLinear:
     decode_max_m: int = 64
     kernel_set: str = "tuned"
     data: dict[str, torch.Tensor] = field(default_factory=dict)  # per-platform payload
-    # CPU folded path: the platform's GEMM (x, bias) -> y on the folded weight; the plugin hands vLLM's
-    # own CPU GEMM here (kernels/cpu_folded.py), else torch's
+    # CPU (kernels/cpu_folded.py), handed over by the plugin: `gemm` (x, bias) -> y, vLLM's own GEMM on
+    # the folded weight (else torch's); `run_gemms`, per run, vLLM's int4 GEMM on the rotated copy
     gemm: Callable | None = None
+    run_gemms: list[Callable] = field(default_factory=list)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -210,15 +211,16 @@ def _prepare_for(prep: PreparedLinear) -> Callable:
 # ----------------------------------------------------------------------------- CPU: the folded fast path, or the exact reference
 def _cpu_weights() -> str:
     value = knob("RADIANCE_CPU_WEIGHTS")
-    if value not in ("folded", "fp32", "int8"):
-        raise ValueError(f"RADIANCE_CPU_WEIGHTS={value!r}: use folded (one GEMM per linear, the fast path), or the "
-                         "exact reference's fp32 (4 bytes a weight) or int8 (1 byte, slower)")
+    if value not in ("folded", "int4", "fp32", "int8"):
+        raise ValueError(f"RADIANCE_CPU_WEIGHTS={value!r}: use folded (one GEMM per linear, the fast path), int4 "
+                         "(4x smaller weights, vLLM's int4 GEMM), or the exact reference's fp32 or int8")
     return value
 
 
 def _paroquant_cpu_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
-    if _cpu_weights() == "folded":
-        return cpu_folded.prepare_paroquant(prep, t)
+    mode = _cpu_weights()
+    if mode in ("folded", "int4"):
+        return (cpu_folded.prepare_paroquant if mode == "folded" else cpu_folded.prepare_rotated)(prep, t)
     # (q - z) as int8 [N, K] and fp32 scales. RADIANCE_CPU_WEIGHTS=fp32 builds the dequantized
     # weight once from them (the same ops as the per-call rebuild, so the same bits) and keeps it.
     q = unpack_awq(t.qweight).to(torch.int16)
@@ -255,13 +257,15 @@ def _paroquant_gemm_cpu(
 
 
 def _paroquant_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if prep.run_gemms:
+        return cpu_folded.rotated_linear(prep, x, bias)
     if "qz" not in prep.data and "w" not in prep.data:
         return cpu_folded.paroquant_linear(prep, x, bias)
     return _paroquant_gemm_cpu(prep, rotate_all(prep, x), bias, x.dtype)
 
 
 def _pq2_cpu_prepare(prep: PreparedLinear, t: Pq2Tensors) -> None:
-    if _cpu_weights() == "folded":
+    if _cpu_weights() in ("folded", "int4"):  # ternary codes take no int4 GEMM: int4 runs folded too
         return cpu_folded.prepare_pq2(prep, t)
     n, groups = (int(s) for s in t.scales.shape)
     codes = unpack_ternary(t.qweight).view(n, groups, GROUP_SIZE)  # uint8 0..2
