@@ -24,6 +24,7 @@ import typer
 
 from radiance import paths
 from radiance.healthchecks.probe import ProbeResult, wait_ready
+from radiance.knobs import knob
 from radiance.launcher.cli import Mode
 from radiance.launcher.stack import bundled_example, load_stacks
 
@@ -120,8 +121,9 @@ def run(once: bool, mode: str, stacks: Path, startup_s: float) -> int:
         text, usage, secs = chat(base, stack.model_name, on_text=lambda p: typer.echo(p, nl=False))
         typer.echo("\n")
         n = usage.get("completion_tokens", 0)
-        typer.echo(f"demo: {n} tokens in {secs:.1f} s ({n / secs:.1f} tok/s; the CPU path is the exact torch "
-                   f"reference of {stack.quant}, served through the radiance plugin)")
+        path = stack.env.get("RADIANCE_CPU_WEIGHTS") or knob("RADIANCE_CPU_WEIGHTS")
+        typer.echo(f"demo: {n} tokens in {secs:.1f} s ({n / secs:.1f} tok/s; {stack.quant} on the CPU path "
+                   f"RADIANCE_CPU_WEIGHTS={path}, served through the radiance plugin)")
         typer.echo(f"demo: Prometheus metrics at {base}/metrics (e.g. vllm:generation_tokens_total)")
         if once:
             typer.echo(f"demo: stopped (SIGTERM) in {stop(proc):.1f} s")
