@@ -93,6 +93,18 @@ class Server:
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
 
+    def rss_gib(self) -> float:
+        """Resident memory of the server's processes (its session: API server, engine core, workers)."""
+        total = 0
+        for status in Path("/proc").glob("[0-9]*/status"):
+            try:
+                text = status.read_text()
+                if os.getsid(int(status.parent.name)) == self.proc.pid:
+                    total += int(re.search(r"^VmRSS:\s+(\d+) kB", text, re.M).group(1))
+            except (OSError, AttributeError, ValueError):
+                continue
+        return total / 2**20
+
     def jit_warnings(self) -> int:
         """vLLM's JIT monitor warnings in the log (its `warn` mode; `error` fails the request instead)."""
         return self.log.read_text(errors="replace").count("compilation during inference")
@@ -163,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 s.start()
             ready_s = s.wait(args.startup_s)
             print(f"== {s.name} ({s.mode}) ready after {ready_s:.0f} s", flush=True)
-            run = {"quant": s.quant, "env": s.env, "ready_s": ready_s, "log": str(s.log)}
+            run = {"quant": s.quant, "env": s.env, "ready_s": ready_s, "log": str(s.log), "rss_gib": s.rss_gib()}
             prefill = (256, 2) if args.quick else tuple(map(int, args.prefill.split(":")))
             run |= measure(s, args.seed, QUICK if args.quick else args.decode, prefill)
             run["launcher"] = s.launcher_lines()
