@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decode", default=DECODE, help="concurrency:tokens:rounds[,...] (default %(default)s)")
     ap.add_argument("--prefill", default="2048:8", help="prompt tokens:prompts (0 prompts: none; default %(default)s)")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still stops its servers (finally)
     logs = args.logs or args.out.parent
     logs.mkdir(parents=True, exist_ok=True)
     servers = [Server(n, args.stacks, args.mode, logs) for n in args.stack]
