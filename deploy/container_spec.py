@@ -24,8 +24,13 @@ def create_kwargs(spec: UnitSpec) -> dict[str, Any]:
         raise ValueError(f"stack {spec.name!r} is runtime {spec.runtime!r}; only podman stacks have a container")
     mounts = []
     for m in spec.mounts:
-        src, dst, mode = m.rsplit(":", 2)
-        mounts.append({"type": "bind", "source": src, "target": dst, "read_only": mode == "ro"})
+        src, dst, opts = m.split(":", 2)
+        mode, *label = opts.split(",")
+        mounts.append({"type": "bind", "source": src, "target": dst, "read_only": mode == "ro",
+                       **({"relabel": label[0]} if label else {})})
+    extra: dict[str, Any] = {"user": spec.user} if spec.user else {}
+    if spec.api_key_file:
+        extra["secret_env"] = {"VLLM_API_KEY": spec.secret}
     return {
         "image": spec.image,
         "command": list(spec.command),
@@ -36,5 +41,7 @@ def create_kwargs(spec: UnitSpec) -> dict[str, Any]:
         "ports": {f"{spec.port}/tcp": (spec.host, spec.port)},
         "stop_timeout": spec.stop_grace_s,
         "auto_remove": True,  # the unit's --rm: a stopped stack leaves no container behind
+        "init": True, "cap_drop": ["all"], "no_new_privileges": True,  # --init --cap-drop all, no-new-privileges
+        **extra,
         **_devices(spec),
     }

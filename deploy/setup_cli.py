@@ -22,9 +22,15 @@ def setup(
     check: Annotated[bool, typer.Option("--check", help="report what is missing or would change; change nothing")] = False,
     unit_dir: Annotated[Path, typer.Option(help="where units are installed")] = Path("/etc/systemd/system"),
     skip_images: Annotated[bool, typer.Option("--skip-images", help="do not build images")] = False,
+    system: Annotated[bool, typer.Option("--system", help="system layout: RADIANCE_HOME=/var/lib/radiance, "
+                                         "RADIANCE_CACHE=/var/cache/radiance, /etc/radiance/stacks.yaml")] = False,
 ) -> None:
     """Host check, images, checkpoints (sha256), kernels, units + daemon-reload. Idempotent."""
+    from radiance.deploy import layout
     from radiance.deploy import setup as steps_mod
+
+    if system:
+        layout.use_system()
 
     console = Console(stderr=True)
     try:
