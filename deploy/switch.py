@@ -139,23 +139,29 @@ class Switch:
         return self._keys[name]
 
     def _wait_ready(self, name: str) -> tuple[bool, str]:
-        """(ready?, why not). Fails fast when the unit dies instead of waiting out the window."""
+        """(ready?, why not): the probe answers and systemd has finished the start (the unit's own
+        ExecStartPost probe passed: `active`), so status and the exporter agree with the outcome.
+        Fails fast when the unit dies instead of waiting out the window."""
         stack, t0 = self.sf.get(name), time.monotonic()
         url, deadline = probe_url(stack), t0 + self._start_timeout(name)
-        reason = "not probed yet"
+        reason, answered = "not probed yet", ""
         while True:
             st = systemd.state(unit_name(name))
             if st.active in ("failed", "inactive") or st.sub == "auto-restart":
                 return False, f"{st.unit} is {st.active} ({st.sub}, result {st.result}) before answering"
+            if answered and st.active == "active":
+                return True, answered
             left = deadline - time.monotonic()
             if left <= 0:
                 return False, f"not ready within {self._start_timeout(name):g}s: {reason}"
-            r = probe.ready(url, stack.model_name, timeout=max(min(10.0, left), 0.1), api_key=self._api_key(name))
-            if r.ok:
-                record_ready(name, time.monotonic() - t0)  # the exporter's exec -> ready phase
-                return True, r.reason
-            reason = r.reason
-            time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
+            if not answered:
+                r = probe.ready(url, stack.model_name, timeout=max(min(10.0, left), 0.1), api_key=self._api_key(name))
+                if r.ok:
+                    record_ready(name, time.monotonic() - t0)  # the exporter's exec -> ready phase
+                    answered, reason = r.reason, f"it answers, systemd still has it {st.active} ({st.sub})"
+                    continue
+                reason = r.reason
+            time.sleep(min(1.0 if not answered else 0.2, max(deadline - time.monotonic(), 0)))
 
     def _stop(self, names: list[str]) -> None:
         for n in names:

@@ -28,7 +28,7 @@ DEFAULT_START_TIMEOUT_S = 1800
 # systemd's TimeoutStartSec is the ready window plus this, so the ready probe (ExecStartPost) gives
 # up first and its reason, not "start operation timed out", is what the journal shows.
 START_MARGIN_S = 60
-READY_INTERVAL_S = 5
+READY_INTERVAL_S = 2  # the start's probe: /health until vLLM listens, then one 1-token completion
 # Grace vLLM gets after SIGTERM before podman/systemd kill it; TimeoutStopSec adds a margin on top.
 DEFAULT_STOP_GRACE_S = 90
 STOP_MARGIN_S = 30

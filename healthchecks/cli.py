@@ -2,11 +2,13 @@
 
 Probe exit codes fit podman `HEALTHCHECK`/`HealthCmd` and systemd `ExecStartPost=`/`ExecCondition=`:
 0 = healthy, 1 = unhealthy (the one-line reason on stdout lands in podman's health log / the
-journal), 2 = bad arguments.
+journal), 2 = bad arguments. A waiting probe stopped with SIGTERM exits 0 (the unit is being
+stopped, which is not a failed start).
 """
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -35,6 +37,13 @@ def _key(key_file: Path | None, key_env: str | None) -> str | None:
 def _finish(result) -> None:
     typer.echo(result.reason)
     raise typer.Exit(0 if result.ok else 1)
+
+
+def _stopped_while_waiting(*_args) -> None:
+    # systemd stopping a unit during its start SIGTERMs ExecStartPost, and counts a control process
+    # killed by a signal as a failed unit: a stop (vllm-switch giving up on it) is not a failed start.
+    typer.echo("stopped while waiting for readiness (SIGTERM: the unit is being stopped)")
+    raise SystemExit(0)
 
 
 def _bad(e: ValueError) -> None:
@@ -79,6 +88,7 @@ def ready_cmd(
         key = _key(api_key_file, api_key_env)
         if wait is None:
             _finish(probe.ready(url, model, timeout, api_key=key))
+        signal.signal(signal.SIGTERM, _stopped_while_waiting)
         result = probe.wait_ready(url, model, startup_s=wait, interval_s=interval, timeout=timeout, api_key=key,
                                   pid=pid)
     except ValueError as e:
