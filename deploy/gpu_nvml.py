@@ -11,6 +11,8 @@ sorted by bus id here, and each is named by UUID and bus id in messages.
 
 from __future__ import annotations
 
+import contextlib
+
 from radiance.deploy.gpus import GpuQueryError, GpuUser
 
 
@@ -36,27 +38,31 @@ def devices_by_bus_id(nvml) -> list[tuple[str, str, object]]:
     return sorted(out, key=lambda d: d[0])
 
 
-def describe() -> str:
-    """'driver X, N GPU(s)' when NVML answers (what `radiance setup` checks); GpuQueryError if not."""
+@contextlib.contextmanager
+def _session():
+    """NVML initialised for one query; its errors become GpuQueryError."""
     nvml = _nvml()
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as e:
         raise GpuQueryError(f"NVML cannot start ({e}): is the NVIDIA driver loaded (nvidia-smi works)?") from None
     try:
-        return f"NVML: driver {_text(nvml.nvmlSystemGetDriverVersion())}, {nvml.nvmlDeviceGetCount()} GPU(s)"
+        yield nvml
+    except nvml.NVMLError as e:
+        raise GpuQueryError(f"NVML query failed: {e}") from None
     finally:
         nvml.nvmlShutdown()
 
 
+def describe() -> str:
+    """'driver X, N GPU(s)' when NVML answers (what `radiance setup` checks); GpuQueryError if not."""
+    with _session() as nvml:
+        return f"NVML: driver {_text(nvml.nvmlSystemGetDriverVersion())}, {nvml.nvmlDeviceGetCount()} GPU(s)"
+
+
 def users(gpus: list[int]) -> list[GpuUser]:
     """Processes with a CUDA context (and memory) on the given GPUs."""
-    nvml = _nvml()
-    try:
-        nvml.nvmlInit()
-    except nvml.NVMLError as e:
-        raise GpuQueryError(f"NVML cannot start ({e}): is the NVIDIA driver loaded (nvidia-smi works)?") from None
-    try:
+    with _session() as nvml:
         devs = devices_by_bus_id(nvml)
         out = []
         for g in gpus:
@@ -67,7 +73,3 @@ def users(gpus: list[int]) -> list[GpuUser]:
             for p in nvml.nvmlDeviceGetComputeRunningProcesses(h):
                 out.append(GpuUser(pid=int(p.pid), gpu=g, device=f"{uuid} at {bus}", used_bytes=p.usedGpuMemory))
         return out
-    except nvml.NVMLError as e:
-        raise GpuQueryError(f"NVML query failed: {e}") from None
-    finally:
-        nvml.nvmlShutdown()
