@@ -72,7 +72,7 @@ def qbox(quadlet_image, radiance_wheel, tmp_path_factory):
     try:
         with running_box(image, "--privileged", "--network=none", "-v", f"{storage}:/var/lib/containers",
                          "-v", f"{rootfs}:/rootfs.tar:ro", "-v", f"{radiance_wheel.parent}:/wheels:ro",
-                         prefix="radiance-quadlet") as box:
+                         prefix="radiance-quadlet", cgroupns="host") as box:
             box.sh(f"podman import --quiet /rootfs.tar {INNER_IMAGE}", timeout=300)
             box.sh(f"/opt/radiance/bin/pip install -q --no-deps --no-index /wheels/{radiance_wheel.name}")
             box.write("/etc/radiance/stacks.yaml", STACKS)

@@ -111,7 +111,7 @@ def test_configuration_error_is_not_restarted(box):
     box.sh("systemctl start radiance-badcfg.service", check=False, timeout=60)
     st = box.wait_unit("radiance-badcfg.service", lambda s: s["ActiveState"] == "failed", 60, what="failed")
     time.sleep(3)  # with RestartSec=1, a restart would have come within these 3 s
-    st = box.show("radiance-badcfg.service", "NRestarts", "Result", "ExecMainStatus", "SubState")
+    st = box.show("radiance-badcfg.service", "ExecMainStatus")
     assert st["NRestarts"] == "0" and st["SubState"] == "failed" and st["ExecMainStatus"] == "2", st
     journal = box.journal("radiance-badcfg.service")
     assert "radiance-launch: error:" in journal and "no-such-model" in journal, journal[-2000:]
@@ -123,9 +123,9 @@ def test_crash_loop_stops_at_the_start_limit(box):
     while "Start request repeated too quickly" not in (journal := box.journal("radiance-crash.service")):
         assert time.monotonic() < deadline, f"no start limit within 120 s:\n{journal[-3000:]}"
         time.sleep(1)
-    st = box.show("radiance-crash.service", "StartLimitBurst", "NRestarts")
+    st = box.show("radiance-crash.service", "StartLimitBurst")
     time.sleep(3)  # with RestartSec=1 another restart would come within these 3 s
-    again = box.show("radiance-crash.service", "ActiveState", "NRestarts")
+    again = box.show("radiance-crash.service")
     assert again["ActiveState"] == "failed" and again["NRestarts"] == st["NRestarts"], (st, again)
     assert int(st["NRestarts"]) < int(st["StartLimitBurst"]) == 3, st  # bounded: systemd gave up
     assert "did not register quant method 'paroquant'" in journal  # the launcher's one-line reason

@@ -35,13 +35,14 @@ class Box:
         self.sh(f"mkdir -p $(dirname {path}) && cat > {path} <<'BOX_EOF'\n{text}BOX_EOF")
 
     def show(self, unit: str, *props: str) -> dict[str, str]:
+        """The unit's ActiveState, SubState, NRestarts, Result and `props`, as systemd reports them."""
+        props = ("ActiveState", "SubState", "NRestarts", "Result", *props)
         out = self.sh(f"systemctl show {unit} " + " ".join(f"-p {p}" for p in props)).stdout
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
     def wait_unit(self, unit: str, done: Callable[[dict[str, str]], bool], timeout: float, *props: str,
                   what: str = "") -> dict[str, str]:
         """Poll the unit's properties (ActiveState, SubState, NRestarts, Result + `props`) until `done`."""
-        props = ("ActiveState", "SubState", "NRestarts", "Result", *props)
         deadline = time.monotonic() + timeout
         while True:
             st = self.show(unit, *props)
@@ -61,10 +62,14 @@ class Box:
 
 
 @contextlib.contextmanager
-def running_box(image: str, *podman_args: str, prefix: str = "radiance-box", boot_s: float = 60) -> Iterator[Box]:
+def running_box(image: str, *podman_args: str, prefix: str = "radiance-box", boot_s: float = 60,
+                cgroupns: str = "private") -> Iterator[Box]:
+    """`cgroupns` private: systemd sees its cgroups where it created them (the Quadlet box, whose
+    podman makes cgroups of its own, needs `host`)."""
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     try:
-        podman("run", "-d", "--name", name, "--systemd=always", *podman_args, image, "/sbin/init")
+        podman("run", "-d", "--name", name, "--systemd=always", f"--cgroupns={cgroupns}", *podman_args, image,
+               "/sbin/init")
         box = Box(name)
         deadline = time.monotonic() + boot_s
         while box.sh("systemctl is-system-running", check=False).stdout.strip() not in ("running", "degraded"):
