@@ -6,6 +6,8 @@ the unit would run: same name, labels, mounts, environment, published port, devi
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from radiance.deploy.unitspec import SHM_SIZE, UnitSpec
@@ -17,6 +19,19 @@ def _devices(spec: UnitSpec) -> dict[str, Any]:
     if spec.vendor == "nvidia":
         return {"devices": ["nvidia.com/gpu=all"], "shm_size": SHM_SIZE}  # CDI, as in the unit
     return {"shm_size": SHM_SIZE}
+
+
+def prepare_host_dirs(spec: UnitSpec) -> None:
+    """What the unit's ExecStartPre does before `podman run`: create the writable mount sources
+    (podman does not) and hand them to the container's user."""
+    for d in spec.writable_dirs:
+        Path(d).mkdir(parents=True, exist_ok=True)
+    if spec.user:
+        uid, gid = (int(x) for x in spec.user.split(":"))
+        for d in spec.writable_dirs:
+            for root, dirs, files in os.walk(d):
+                for p in (root, *(os.path.join(root, n) for n in dirs + files)):
+                    os.lchown(p, uid, gid)
 
 
 def create_kwargs(spec: UnitSpec) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from radiance.checksums import MANIFEST, Progress, read_manifest, sha256_file
 from radiance.deploy import podman as podman_mod
 from radiance.deploy import gpu_kfd, gpu_nvml, systemd
 from radiance.deploy.gpus import GpuQueryError
-from radiance.deploy.unitspec import vendor
+from radiance.deploy.unitspec import CONTAINER_USER, vendor
 from radiance.launcher.locations import model_path
 from radiance.launcher.stack import StackFile
 
@@ -156,14 +156,32 @@ def verify_checkpoint(d: Path, check: bool, progress: Progress | None = None) ->
     return "ok", f"{d}: {len(entries)} files match {MANIFEST}" + (f" ({len(fresh)} newly hashed)" if fresh else "")
 
 
+def unreadable_by_others(d: Path) -> list[str]:
+    """Files of `d` a container's non-root user cannot read (safetensors writes 0600)."""
+    if not d.is_dir():
+        return []
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file() and not p.stat().st_mode & 0o004)
+
+
 def checkpoints(sf: StackFile, names: list[str], check: bool, progress: Progress | None) -> list[Step]:
     dirs: dict[Path, str] = {}
+    non_root: set[Path] = set()  # read inside a container by CONTAINER_USER
     for n in names:
         s = sf.get(n)
-        dirs.setdefault(model_path(s.model), f"checkpoint {n}")
-        if s.drafter is not None and s.drafter.model:
-            dirs.setdefault(model_path(s.drafter.model), f"drafter {n}")
-    return [Step(label, *verify_checkpoint(d, check, progress)) for d, label in dirs.items()]
+        ds = [model_path(s.model)] + ([model_path(s.drafter.model)] if s.drafter and s.drafter.model else [])
+        for d, label in zip(ds, (f"checkpoint {n}", f"drafter {n}")):
+            dirs.setdefault(d, label)
+            if s.runtime == "podman" and vendor(s) != "rocm":
+                non_root.add(d)
+    steps = []
+    for d, label in dirs.items():
+        status, detail = verify_checkpoint(d, check, progress)
+        hidden = unreadable_by_others(d) if d in non_root else []
+        if status == "ok" and hidden:
+            status, detail = "missing", (f"{d}: {', '.join(hidden[:3])}{' ...' if len(hidden) > 3 else ''} not readable "
+                                         f"by the container's user {CONTAINER_USER}: chmod -R a+rX {d}")
+        steps.append(Step(label, status, detail))
+    return steps
 
 
 # ---- kernels ------------------------------------------------------------------------------------

@@ -82,8 +82,10 @@ def ready_cmd(
     """Live, the model is listed, and a 1-token completion returns within --timeout."""
     from radiance.healthchecks import probe, state
 
-    if (stack or pid) and wait is None:
-        _bad(ValueError("--stack and --pid belong to a waiting probe: give --wait"))
+    if stack and wait is None:
+        _bad(ValueError("--stack records when a stack became ready and needs --wait"))
+    if pid and wait is None:
+        _bad(ValueError("--pid ends a waiting probe early and needs --wait"))
     try:
         key = _key(api_key_file, api_key_env)
         if wait is None:

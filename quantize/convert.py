@@ -194,6 +194,8 @@ def _quantize_checkpoint(src: Path, out: Path, opts: QuantizeOptions, progress: 
         record = {"quantizer_version": QUANTIZER_VERSION, "options": opts.record(), "source": str(src.resolve())}
         (build / RECORD).write_text(json.dumps(record, indent=2) + "\n")
         write_manifest(build)  # last: it covers every file above (`radiance setup` checks it)
+        for f in build.iterdir():  # safetensors writes 0600; a container's non-root user reads these
+            f.chmod(0o644)
         build.chmod(0o755)
     return out
 

@@ -94,6 +94,7 @@ def test_output_carries_sha256sums_that_sha256sum_accepts(tiny_src, tmp_path):
     out = quantize_checkpoint(tiny_src, tmp_path / "out", QuantizeOptions("pq2"), progress=False)
     listed = sorted(line.split("  ", 1)[1] for line in (out / "SHA256SUMS").read_text().splitlines())
     assert listed == sorted(p.name for p in out.iterdir() if p.name != "SHA256SUMS")
+    assert {p.stat().st_mode & 0o777 for p in out.iterdir()} == {0o644}, "a container's non-root user reads these"
     r = subprocess.run(["sha256sum", "--check", "--strict", "SHA256SUMS"], cwd=out, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     (out / "config.json").write_text((out / "config.json").read_text() + " ")
