@@ -17,13 +17,22 @@ def render(
     out: Annotated[Path, typer.Option("--out", help="directory for the .service files (e.g. /etc/systemd/system)")],
     stacks: StacksOpt = None,
     mode: Annotated[str, typer.Option(help="launcher mode the units run: prod or eval")] = "prod",
-    launcher: Annotated[Optional[str], typer.Option(help="absolute path of radiance-launch for native stacks")] = None,
+    launcher: Annotated[Optional[str], typer.Option(help="absolute path of radiance-launch for native stacks "
+                                                    "(`radiance` beside it runs the probes)")] = None,
     podman: Annotated[str, typer.Option(help="absolute path of podman for podman stacks")] = "/usr/bin/podman",
-    quadlet: Annotated[bool, typer.Option(help="also write Quadlet .container files to OUT/quadlet")] = True,
+    podman_units: Annotated[str, typer.Option("--podman-units", help="podman stacks as `quadlet` (.container in "
+                                              "--quadlet-dir), `service`, or `auto` (quadlet on podman >= 5.0)")] = "auto",
+    quadlet_dir: Annotated[Path, typer.Option("--quadlet-dir", help="where Quadlet reads .container files")] = Path(
+        "/etc/containers/systemd"),
+    system: Annotated[bool, typer.Option("--system", help="system layout: RADIANCE_HOME=/var/lib/radiance, "
+                                         "RADIANCE_CACHE=/var/cache/radiance, /etc/radiance/stacks.yaml")] = False,
 ) -> None:
     """Render a systemd unit per stack (Conflicts= from shared GPUs/ports); unchanged files are left alone."""
-    from radiance.deploy.render import render_all
+    from radiance.deploy import layout
+    from radiance.deploy.render import PODMAN_UNITS, render_all
 
+    if system:
+        layout.use_system()
     try:
         sf = load_stacks(stacks)
     except StackFileError as e:
@@ -32,7 +41,11 @@ def render(
     if mode not in ("prod", "eval"):
         typer.echo(f"--mode {mode!r}: allowed values are prod, eval", err=True)
         raise typer.Exit(2)
-    results = render_all(sf, out, mode=mode, launcher_bin=launcher, podman_bin=podman, quadlet=quadlet)
+    if podman_units not in PODMAN_UNITS:
+        typer.echo(f"--podman-units {podman_units!r}: allowed values are {', '.join(PODMAN_UNITS)}", err=True)
+        raise typer.Exit(2)
+    results = render_all(sf, out, mode=mode, launcher_bin=launcher, podman_bin=podman, podman_units=podman_units,
+                         quadlet_dir=quadlet_dir)
     for r in results:
         typer.echo(f"{'removed' if r.removed else 'wrote' if r.changed else 'unchanged'}  {r.path}")
     if not any(r.changed for r in results):

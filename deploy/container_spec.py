@@ -6,6 +6,8 @@ the unit would run: same name, labels, mounts, environment, published port, devi
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from radiance.deploy.unitspec import SHM_SIZE, UnitSpec
@@ -19,13 +21,31 @@ def _devices(spec: UnitSpec) -> dict[str, Any]:
     return {"shm_size": SHM_SIZE}
 
 
+def prepare_host_dirs(spec: UnitSpec) -> None:
+    """What the unit's ExecStartPre does before `podman run`: create the writable mount sources
+    (podman does not) and hand them to the container's user."""
+    for d in spec.writable_dirs:
+        Path(d).mkdir(parents=True, exist_ok=True)
+    if spec.user:
+        uid, gid = (int(x) for x in spec.user.split(":"))
+        for d in spec.writable_dirs:
+            for root, dirs, files in os.walk(d):
+                for p in (root, *(os.path.join(root, n) for n in dirs + files)):
+                    os.lchown(p, uid, gid)
+
+
 def create_kwargs(spec: UnitSpec) -> dict[str, Any]:
     if spec.runtime != "podman" or not spec.image:
         raise ValueError(f"stack {spec.name!r} is runtime {spec.runtime!r}; only podman stacks have a container")
     mounts = []
     for m in spec.mounts:
-        src, dst, mode = m.rsplit(":", 2)
-        mounts.append({"type": "bind", "source": src, "target": dst, "read_only": mode == "ro"})
+        src, dst, opts = m.split(":", 2)
+        mode, *label = opts.split(",")
+        mounts.append({"type": "bind", "source": src, "target": dst, "read_only": mode == "ro",
+                       **({"relabel": label[0]} if label else {})})
+    extra: dict[str, Any] = {"user": spec.user} if spec.user else {}
+    if spec.api_key_file:
+        extra["secret_env"] = {"VLLM_API_KEY": spec.secret}
     return {
         "image": spec.image,
         "command": list(spec.command),
@@ -36,5 +56,7 @@ def create_kwargs(spec: UnitSpec) -> dict[str, Any]:
         "ports": {f"{spec.port}/tcp": (spec.host, spec.port)},
         "stop_timeout": spec.stop_grace_s,
         "auto_remove": True,  # the unit's --rm: a stopped stack leaves no container behind
+        "init": True, "cap_drop": ["all"], "no_new_privileges": True,  # --init --cap-drop all, no-new-privileges
+        **extra,
         **_devices(spec),
     }

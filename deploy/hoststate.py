@@ -54,17 +54,6 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _container_ids() -> dict[str, str]:
-    """{full container id: name} of this host's podman containers ({} without podman)."""
-    if not podman.available():
-        return {}
-    import subprocess
-
-    r = subprocess.run(["podman", "ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Names}}"],
-                       capture_output=True, text=True)
-    return dict(line.split(maxsplit=1) for line in r.stdout.splitlines() if " " in line)
-
-
 def owner(sf: StackFile, holder: procs.Holder, containers: dict[str, str] | None = None) -> str | None:
     """The radiance stack a process belongs to (by its systemd unit, its podman container's cgroup,
     or podman's helper for its container), or None for a stranger."""
@@ -74,7 +63,7 @@ def owner(sf: StackFile, holder: procs.Holder, containers: dict[str, str] | None
             return name
     by_name = {s.container_name: name for name, s in sf.stacks.items() if s.runtime == "podman"}
     if "libpod-" in holder.cgroup:
-        for cid, cname in (_container_ids() if containers is None else containers).items():
+        for cid, cname in (podman.container_ids() if containers is None else containers).items():
             if f"libpod-{cid}" in holder.cgroup and cname in by_name:
                 return by_name[cname]
     if holder.name in _PODMAN_HELPERS:
@@ -104,7 +93,7 @@ def still_held(sf: StackFile, stopped: list[str], target: str) -> list[str]:
             held.append(f"{v.unit} is still {v.state.active}")
         if v.runtime == "podman" and podman.container_exists(v.container):
             held.append(f"container {v.container} still exists ({podman.container_state(v.container)})")
-    ids = _container_ids()
+    ids = podman.container_ids()
     for port in sorted(ports):
         # The target's own processes (it may already be starting) do not block its start.
         hs = [h for h in procs.port_holders(port) if owner(sf, h, ids) != target]
@@ -112,13 +101,31 @@ def still_held(sf: StackFile, stopped: list[str], target: str) -> list[str]:
             held.append(f"port {port} is held by " + ", ".join(h.describe() for h in hs))
     gpu_list = sorted(set(t.devices))
     if gpu_list:
-        # /dev/kfd is one node for all AMD GPUs: a stack that keeps running on other GPUs holds it
-        # legitimately; only the stopped stacks' processes and strangers count.
+        # The driver's per-GPU list of memory holders. A stack that keeps running elsewhere cannot
+        # appear on these GPUs unless it shares one (then it conflicts and was stopped); its
+        # processes are skipped all the same, only the stopped stacks' and strangers' count.
         keep = {n for n, v in views(sf).items() if v.running and n not in stopped}
-        hs = [h for h in gpus.gpu_holders(vendor(t), gpu_list) if owner(sf, h, ids) not in keep]
+        try:
+            hs = [h for h in gpus.holders(vendor(t), gpu_list) if owner(sf, h.holder, ids) not in keep]
+        except gpus.GpuQueryError as e:
+            hs, why = [], f"cannot tell whether GPU {','.join(map(str, gpu_list))} memory is released: {e}"
+            held.append(why)
         if hs:
             held.append(f"GPU {','.join(map(str, gpu_list))} memory is held by " + ", ".join(h.describe() for h in hs))
     return held
+
+
+def unit_home_mismatch(sf: StackFile, name: str) -> str | None:
+    """Why this process and the stack's unit would disagree about models, state and the switch lock
+    (a unit rendered for another RADIANCE_HOME), or None."""
+    from radiance import paths
+
+    env = systemd.environment(unit_name(name))
+    theirs = env.get("RADIANCE_HOME")
+    if theirs is None or Path(theirs) == paths.home():
+        return None
+    return (f"{unit_name(name)} runs with RADIANCE_HOME={theirs}, this command with {paths.home()}: they would "
+            f"use different state and switch locks. Run with RADIANCE_HOME={theirs} (or re-render the units)")
 
 
 def conflicts_of(sf: StackFile, a: str, b: str) -> list[str]:

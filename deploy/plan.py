@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from radiance import apikey
 from radiance.deploy import hoststate
 from radiance.deploy.unitspec import probe_url, unit_name
 from radiance.healthchecks import probe
@@ -58,7 +59,13 @@ def status_table(sf: StackFile, probe_timeout: float) -> str:
         return "no radiance stack is active"
     rows = []
     for v in running:
-        r = probe.ready(probe_url(sf.get(v.name)), None, timeout=probe_timeout)
+        try:
+            key = apikey.stack_key(sf, v.name)
+        except apikey.ApiKeyError as e:
+            rows.append([v.name, v.state.active, v.state.since or "-", "?", str(v.port),
+                         ",".join(map(str, v.gpus)) or "-", f"not probed: {e}"])
+            continue
+        r = probe.ready(probe_url(sf.get(v.name)), None, timeout=probe_timeout, api_key=key)
         rows.append([v.name, v.state.active, v.state.since or "-", "yes" if r.ok else "no", str(v.port),
                      ",".join(map(str, v.gpus)) or "-", r.reason])
     return _table(["ACTIVE", "UNIT", "SINCE", "HEALTHY", "PORT", "GPUS", "PROBE"], rows)

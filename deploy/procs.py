@@ -1,7 +1,8 @@
-"""Who holds a TCP port or a device node, read from /proc (no psutil; Linux only).
+"""Who holds a TCP port, and what a PID is, read from /proc (no psutil; Linux only).
 
-vllm-switch uses this to wait until a stopped stack has really let go of its port and GPUs, and
-to name a stranger that holds a port (PID and process name) instead of killing it.
+vllm-switch uses this to wait until a stopped stack has really let go of its port, to name a
+stranger that holds a port (PID and process name) instead of killing it, and to name the
+processes the GPU driver lists (gpus.py).
 """
 
 from __future__ import annotations
@@ -44,12 +45,14 @@ def _listen_inodes(port: int, proc: Path) -> set[str]:
     return inodes
 
 
-def _process(pid: int, proc: Path) -> Holder:
+def process(pid: int, proc: Path = Path("/proc")) -> Holder:
+    """Name and cgroup of a PID; a PID this /proc does not show (another PID namespace, or gone)
+    keeps its number with the name saying so."""
     base = proc / str(pid)
     try:
         name = (base / "comm").read_text().strip()
     except OSError:
-        name = "?"
+        name = "not visible in /proc"
     # systemd's own hierarchy names the unit: `name=systemd` on cgroup v1/hybrid hosts (where the
     # unified `0::` line may stop at the container's cgroup), `0::` on pure cgroup v2.
     found: dict[str, str] = {}
@@ -87,7 +90,7 @@ def port_holders(port: int, proc: Path = Path("/proc")) -> list[Holder]:
     if not inodes:
         return []
     wanted = {f"socket:[{i}]" for i in inodes}
-    holders = [_process(pid, proc) for pid, d in _pids(proc) if any(t in wanted for t in _fd_targets(d))]
+    holders = [process(pid, proc) for pid, d in _pids(proc) if any(t in wanted for t in _fd_targets(d))]
     if not holders:  # a listener whose owner we cannot see (another namespace): still held
         holders = [Holder(pid=0, name="unknown (not visible in /proc)", cgroup="")]
     return holders
@@ -95,11 +98,3 @@ def port_holders(port: int, proc: Path = Path("/proc")) -> list[Holder]:
 
 def port_in_use(port: int, proc: Path = Path("/proc")) -> bool:
     return bool(_listen_inodes(port, proc))
-
-
-def file_holders(paths: list[str], proc: Path = Path("/proc")) -> list[Holder]:
-    """Processes with any of `paths` (device nodes such as /dev/kfd) open."""
-    wanted = set(paths)
-    me = os.getpid()
-    return [_process(pid, proc) for pid, d in _pids(proc)
-            if pid != me and any(t in wanted for t in _fd_targets(d))]

@@ -10,7 +10,6 @@ SHA256SUMS), kernels prebuilt into the cache, units rendered and installed (+ da
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -19,14 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from radiance import atomic, paths
+from radiance.checksums import MANIFEST, Progress, read_manifest, sha256_file
 from radiance.deploy import podman as podman_mod
-from radiance.deploy import systemd
-from radiance.deploy.unitspec import vendor
+from radiance.deploy import gpu_kfd, gpu_nvml, systemd
+from radiance.deploy.gpus import GpuQueryError
+from radiance.deploy.unitspec import CONTAINER_USER, vendor
 from radiance.launcher.locations import model_path
 from radiance.launcher.stack import StackFile
 
-MANIFEST = "SHA256SUMS"
 MIN_FREE_GB = 20.0
+KERNEL_BUILD_TIMEOUT_S = 3600.0  # hipcc for every gfx1201 kernel takes minutes, never an hour
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,6 @@ class Step:
     detail: str
 
 
-Progress = Callable[[str, int, int], None]  # (label, done, total): long steps report through it
 
 
 def _gpu_check(vendors: set[str], dev: Path = Path("/dev")) -> list[Step]:
@@ -47,14 +47,23 @@ def _gpu_check(vendors: set[str], dev: Path = Path("/dev")) -> list[Step]:
                                                       "or no card); the gfx1201 stacks cannot run here"))
         else:
             ver = Path("/sys/module/amdgpu/version")
-            steps.append(Step("gpu: rocm", "ok", f"/dev/kfd present, amdgpu {ver.read_text().strip() if ver.exists() else 'in-kernel'}"))
+            try:
+                n = len(gpu_kfd.gpu_nodes())
+                steps.append(Step("gpu: rocm", "ok", f"/dev/kfd present, amdgpu "
+                                                     f"{ver.read_text().strip() if ver.exists() else 'in-kernel'}, "
+                                                     f"KFD lists {n} GPU(s)"))
+            except GpuQueryError as e:
+                steps.append(Step("gpu: rocm", "missing", str(e)))
     if "nvidia" in vendors:
         ver = Path("/proc/driver/nvidia/version")
         if not (dev / "nvidia0").exists() or not ver.exists():
             steps.append(Step("gpu: nvidia", "missing", "no NVIDIA GPU: /dev/nvidia0 or /proc/driver/nvidia/version "
                                                         "is missing (driver not loaded or no card)"))
         else:
-            steps.append(Step("gpu: nvidia", "ok", ver.read_text().splitlines()[0].strip()))
+            try:  # vllm-switch reads GPU memory users through NVML
+                steps.append(Step("gpu: nvidia", "ok", gpu_nvml.describe()))
+            except GpuQueryError as e:
+                steps.append(Step("gpu: nvidia", "missing", str(e)))
     return steps
 
 
@@ -66,7 +75,8 @@ def host_check(sf: StackFile, names: list[str]) -> list[Step]:
         if ver is None:
             steps.append(Step("podman", "missing", "podman is not installed or does not answer (apt-get install podman runc)"))
         else:
-            q = "Quadlet available" if podman_mod.has_quadlet(ver) else "no Quadlet (< 4.4): plain .service units"
+            q = ("Quadlet: .container units" if podman_mod.has_quadlet(ver) else
+                 f"plain .service units (Quadlet from podman {'.'.join(map(str, podman_mod.QUADLET_MIN_VERSION))})")
             steps.append(Step("podman", "ok", f"podman {ver}; {q}"))
     why = systemd.available()
     steps.append(Step("systemd", "ok" if why is None else "missing",
@@ -114,17 +124,6 @@ def _verified_path() -> Path:
     return paths.state_dir() / "setup" / "verified.json"
 
 
-def _sha256(path: Path, progress: Progress | None, label: str) -> str:
-    h, total, done = hashlib.sha256(), path.stat().st_size, 0
-    with path.open("rb") as f:
-        while chunk := f.read(16 << 20):
-            h.update(chunk)
-            done += len(chunk)
-            if progress:
-                progress(label, done, total)
-    return h.hexdigest()
-
-
 def verify_checkpoint(d: Path, check: bool, progress: Progress | None = None) -> tuple[str, str]:
     """(status, detail) for one checkpoint dir against its SHA256SUMS."""
     if not d.is_dir():
@@ -133,11 +132,11 @@ def verify_checkpoint(d: Path, check: bool, progress: Progress | None = None) ->
     if not manifest.is_file():
         return "missing", f"{d} has no {MANIFEST} (sha256sum format); create it where the checkpoint was made"
     known = json.loads(_verified_path().read_text()) if _verified_path().exists() else {}
-    entries, bad, fresh = [], [], {}
-    for line in manifest.read_text().splitlines():
-        if line.strip():
-            digest, name = line.split(maxsplit=1)
-            entries.append((digest, d / name.lstrip("*")))
+    bad, fresh = [], {}
+    try:
+        entries = read_manifest(d)
+    except ValueError as e:
+        return "missing", str(e)
     for digest, f in entries:
         if not f.is_file():
             bad.append(f"{f.name} missing")
@@ -146,7 +145,7 @@ def verify_checkpoint(d: Path, check: bool, progress: Progress | None = None) ->
         stamp = f"{st.st_size}:{st.st_mtime_ns}:{digest}"
         if known.get(str(f)) == stamp:
             continue
-        if _sha256(f, progress, f"sha256 {f.name}") != digest:
+        if sha256_file(f, progress) != digest:
             bad.append(f"{f.name} sha256 mismatch")
         else:
             fresh[str(f)] = stamp
@@ -157,14 +156,32 @@ def verify_checkpoint(d: Path, check: bool, progress: Progress | None = None) ->
     return "ok", f"{d}: {len(entries)} files match {MANIFEST}" + (f" ({len(fresh)} newly hashed)" if fresh else "")
 
 
+def unreadable_by_others(d: Path) -> list[str]:
+    """Files of `d` a container's non-root user cannot read (safetensors writes 0600)."""
+    if not d.is_dir():
+        return []
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file() and not p.stat().st_mode & 0o004)
+
+
 def checkpoints(sf: StackFile, names: list[str], check: bool, progress: Progress | None) -> list[Step]:
     dirs: dict[Path, str] = {}
+    non_root: set[Path] = set()  # read inside a container by CONTAINER_USER
     for n in names:
         s = sf.get(n)
-        dirs.setdefault(model_path(s.model), f"checkpoint {n}")
-        if s.drafter is not None and s.drafter.model:
-            dirs.setdefault(model_path(s.drafter.model), f"drafter {n}")
-    return [Step(label, *verify_checkpoint(d, check, progress)) for d, label in dirs.items()]
+        ds = [model_path(s.model)] + ([model_path(s.drafter.model)] if s.drafter and s.drafter.model else [])
+        for d, label in zip(ds, (f"checkpoint {n}", f"drafter {n}")):
+            dirs.setdefault(d, label)
+            if s.runtime == "podman" and vendor(s) != "rocm":
+                non_root.add(d)
+    steps = []
+    for d, label in dirs.items():
+        status, detail = verify_checkpoint(d, check, progress)
+        hidden = unreadable_by_others(d) if d in non_root else []
+        if status == "ok" and hidden:
+            status, detail = "missing", (f"{d}: {', '.join(hidden[:3])}{' ...' if len(hidden) > 3 else ''} not readable "
+                                         f"by the container's user {CONTAINER_USER}: chmod -R a+rX {d}")
+        steps.append(Step(label, status, detail))
+    return steps
 
 
 # ---- kernels ------------------------------------------------------------------------------------
@@ -207,14 +224,15 @@ def _build_kernels(stack, plan, say: Callable[[str], None]) -> Step:
             return Step(name, "missing", str(e).splitlines()[0])
         return Step(name, "changed" if r.built else "ok", f"{r.path}")
     # podman stacks build with the image's compiler (hipcc lives in the image, not on the host).
-    import subprocess
-
     say(f"building {plan.arch} kernels in {stack.image}")
     code = ("import sys; from pathlib import Path; from radiance.kernels.build import build_kernels; "
             "print(build_kernels(sys.argv[1], Path(sys.argv[2]), sys.argv[3:]).path)")
     cache = str(plan.kernel_cache)
-    r = subprocess.run(["podman", "run", "--rm", "--network=none", "-v", f"{cache}:{cache}:rw", stack.image,
-                        "python3", "-c", code, plan.arch, cache, *plan.kernel_flags], capture_output=True, text=True)
+    try:
+        r = podman_mod.run("run", "--rm", "--network=none", "-v", f"{cache}:{cache}:rw", stack.image,
+                           "python3", "-c", code, plan.arch, cache, *plan.kernel_flags, timeout=KERNEL_BUILD_TIMEOUT_S)
+    except podman_mod.PodmanError as e:
+        return Step(name, "missing", str(e))
     if r.returncode != 0:
         return Step(name, "missing", f"kernel build in {stack.image} failed: {(r.stderr or r.stdout).strip()[-300:]}")
     return Step(name, "changed", r.stdout.strip())
@@ -222,10 +240,10 @@ def _build_kernels(stack, plan, say: Callable[[str], None]) -> Step:
 
 # ---- units --------------------------------------------------------------------------------------
 
-def units(sf: StackFile, unit_dir: Path, check: bool) -> list[Step]:
-    from radiance.deploy.render import render_all
+def units(sf: StackFile, unit_dir: Path, check: bool, quadlet_dir: Path | None = None) -> list[Step]:
+    from radiance.deploy.render import QUADLET_DIR, render_all
 
-    results = render_all(sf, unit_dir, check=check)
+    results = render_all(sf, unit_dir, check=check, podman_units="auto", quadlet_dir=quadlet_dir or QUADLET_DIR)
     changed = [r for r in results if r.changed]
     if not changed:
         return [Step("units", "ok", f"{len(results)} files in {unit_dir} are current")]

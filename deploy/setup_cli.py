@@ -21,10 +21,18 @@ def setup(
     stack: Annotated[Optional[list[str]], typer.Option("--stack", help="only these stacks (repeat; default all)")] = None,
     check: Annotated[bool, typer.Option("--check", help="report what is missing or would change; change nothing")] = False,
     unit_dir: Annotated[Path, typer.Option(help="where units are installed")] = Path("/etc/systemd/system"),
+    quadlet_dir: Annotated[Path, typer.Option(help="where Quadlet .container files are installed (podman >= 5.0)")] = Path(
+        "/etc/containers/systemd"),
     skip_images: Annotated[bool, typer.Option("--skip-images", help="do not build images")] = False,
+    system: Annotated[bool, typer.Option("--system", help="system layout: RADIANCE_HOME=/var/lib/radiance, "
+                                         "RADIANCE_CACHE=/var/cache/radiance, /etc/radiance/stacks.yaml")] = False,
 ) -> None:
     """Host check, images, checkpoints (sha256), kernels, units + daemon-reload. Idempotent."""
+    from radiance.deploy import layout
     from radiance.deploy import setup as steps_mod
+
+    if system:
+        layout.use_system()
 
     console = Console(stderr=True)
     try:
@@ -52,7 +60,7 @@ def setup(
             results += steps_mod.images(sf, names, check, say)
         results += steps_mod.checkpoints(sf, names, check, progress)
         results += steps_mod.kernels(sf, names, check, say)
-        results += steps_mod.units(sf, unit_dir, check)
+        results += steps_mod.units(sf, unit_dir, check, quadlet_dir)
 
     table = Table(title=f"radiance setup{' --check' if check else ''} ({sf.path})", show_lines=False)
     for col in ("step", "status", "detail"):

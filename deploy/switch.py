@@ -5,8 +5,10 @@
                                                                                -> ROLLED_BACK | FAILED
 
 Held under a file lock (filelock: the kernel drops it when the holder dies, even on kill -9). State
-is read from systemd/podman//proc at every step (hoststate.py); the switch record written at the
-end (`record_switch`) is only for metrics and never read back.
+is read from systemd/podman//proc and the GPU driver at every step (hoststate.py); the switch
+record written at the end (`record_switch`) is only for metrics and never read back. Every
+podman/systemctl call has a deadline (hostcmd.py): a hung tool ends the switch as FAILED with the
+command named, and the lock is released.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from enum import Enum
 
 from filelock import FileLock, Timeout
 
-from radiance import atomic, paths
-from radiance.deploy import hoststate, systemd
-from radiance.deploy.unitspec import probe_url, start_timeout_s, unit_name
+from radiance import apikey, atomic, paths
+from radiance.deploy import gpus, hoststate, hostcmd, systemd
+from radiance.deploy.unitspec import probe_url, start_timeout_s, stop_timeout_s, unit_name, vendor
 from radiance.healthchecks import probe
 from radiance.healthchecks.state import record_ready, record_switch
 from radiance.launcher.stack import StackFile
@@ -46,10 +48,11 @@ class Phase(Enum):
 
 _NEXT: dict[Phase, set[Phase]] = {
     Phase.LOCKED: {Phase.PLANNED},
-    Phase.PLANNED: {Phase.REFUSED, Phase.STOPPING, Phase.DRAINING, Phase.WAITING_READY, Phase.READY},
-    Phase.STOPPING: {Phase.DRAINING},
+    # FAILED is reachable from every working phase: a host command that fails or hangs ends the switch.
+    Phase.PLANNED: {Phase.REFUSED, Phase.STOPPING, Phase.DRAINING, Phase.WAITING_READY, Phase.READY, Phase.FAILED},
+    Phase.STOPPING: {Phase.DRAINING, Phase.FAILED},
     Phase.DRAINING: {Phase.STARTING, Phase.FAILED, Phase.READY},
-    Phase.STARTING: {Phase.WAITING_READY, Phase.READY},
+    Phase.STARTING: {Phase.WAITING_READY, Phase.READY, Phase.FAILED},
     Phase.WAITING_READY: {Phase.READY, Phase.FAILED},
     Phase.FAILED: {Phase.ROLLING_BACK},
     Phase.ROLLING_BACK: {Phase.ROLLED_BACK, Phase.FAILED},
@@ -84,6 +87,7 @@ class Switch:
         self.lock_wait, self._echo = lock_wait, echo
         self.phases: list[Phase] = []
         self.t0 = time.monotonic()
+        self._keys: dict[str, str | None] = {}
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def say(self, msg: str) -> None:
@@ -128,29 +132,41 @@ class Switch:
             return self.timeout
         return float(start_timeout_s(self.sf.get(name)))
 
+    def _api_key(self, name: str) -> str | None:
+        """The stack's API key for the probes (ApiKeyError names the file when it is unusable)."""
+        if name not in self._keys:
+            self._keys[name] = apikey.stack_key(self.sf, name)
+        return self._keys[name]
+
     def _wait_ready(self, name: str) -> tuple[bool, str]:
-        """(ready?, why not). Fails fast when the unit dies instead of waiting out the window."""
+        """(ready?, why not): the probe answers and systemd has finished the start (the unit's own
+        ExecStartPost probe passed: `active`), so status and the exporter agree with the outcome.
+        Fails fast when the unit dies instead of waiting out the window."""
         stack, t0 = self.sf.get(name), time.monotonic()
         url, deadline = probe_url(stack), t0 + self._start_timeout(name)
-        reason = "not probed yet"
+        reason, answered = "not probed yet", ""
         while True:
             st = systemd.state(unit_name(name))
             if st.active in ("failed", "inactive") or st.sub == "auto-restart":
                 return False, f"{st.unit} is {st.active} ({st.sub}, result {st.result}) before answering"
+            if answered and st.active == "active":
+                return True, answered
             left = deadline - time.monotonic()
             if left <= 0:
                 return False, f"not ready within {self._start_timeout(name):g}s: {reason}"
-            r = probe.ready(url, stack.model_name, timeout=max(min(10.0, left), 0.1))
-            if r.ok:
-                record_ready(name, time.monotonic() - t0)  # the exporter's exec -> ready phase
-                return True, r.reason
-            reason = r.reason
-            time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
+            if not answered:
+                r = probe.ready(url, stack.model_name, timeout=max(min(10.0, left), 0.1), api_key=self._api_key(name))
+                if r.ok:
+                    record_ready(name, time.monotonic() - t0)  # the exporter's exec -> ready phase
+                    answered, reason = r.reason, f"it answers, systemd still has it {st.active} ({st.sub})"
+                    continue
+                reason = r.reason
+            time.sleep(min(1.0 if not answered else 0.2, max(deadline - time.monotonic(), 0)))
 
     def _stop(self, names: list[str]) -> None:
         for n in names:
             self.say(f"stopping {unit_name(n)}")
-            systemd.stop(unit_name(n))
+            systemd.stop(unit_name(n), stop_timeout_s(self.sf.get(n)))
 
     def _start_and_wait(self, name: str, track: bool = True) -> tuple[bool, str]:
         self.say(f"starting {unit_name(name)}")
@@ -176,22 +192,49 @@ class Switch:
 
     def _switch(self, target: str) -> Outcome:
         self.enter(Phase.PLANNED)
-        views = hoststate.views(self.sf)
-        active = [n for n, v in views.items() if v.running]
-        clashing = [n for n in hoststate.conflicting(self.sf, target) if views[n].running]
-        previous = clashing[0] if clashing else next((n for n in active if n != target), None)
-        outcome = self._switch_planned(target, views, clashing)
+        previous = None
+        try:
+            views = hoststate.views(self.sf)
+            active = [n for n, v in views.items() if v.running]
+            clashing = [n for n in hoststate.conflicting(self.sf, target) if views[n].running]
+            previous = clashing[0] if clashing else next((n for n in active if n != target), None)
+            outcome = self._switch_planned(target, views, clashing)
+        except hostcmd.HostCommandError as e:
+            if self.phases[-1] is not Phase.FAILED:
+                self.enter(Phase.FAILED)
+            self.say(f"FAILED: {e}")
+            outcome = Outcome("timeout", f"{target}: {e}; nothing was rolled back: check the units with "
+                                         f"`vllm-switch status` and `systemctl status 'radiance-*'`")
         record_switch(previous if previous != target else None, target, outcome.outcome,
                       time.monotonic() - self.t0)
         return outcome
 
+    def _refusal(self, target: str, views) -> str | None:
+        """Why the switch must not touch anything, checked before anything is stopped."""
+        t = self.sf.get(target)
+        if views[target].state.load != "loaded":
+            return (f"{views[target].unit} is {views[target].state.load or 'not loaded'} in systemd: install the "
+                    f"units first (`radiance setup` or `radiance render --out /etc/systemd/system` + "
+                    f"`systemctl daemon-reload`)")
+        why = hoststate.unit_home_mismatch(self.sf, target)
+        if why:
+            return why
+        try:
+            self._api_key(target)
+        except apikey.ApiKeyError as e:
+            return f"{target}: {e}"
+        try:  # the release wait reads the driver; find out now that it can, not after stopping a stack
+            gpus.users(vendor(t), sorted(set(t.devices)))
+        except gpus.GpuQueryError as e:
+            return f"cannot read which processes hold GPU {','.join(map(str, t.devices))} memory: {e}"
+        return None
+
     def _switch_planned(self, target: str, views, clashing: list[str]) -> Outcome:
         port = self.sf.get(target).port
-        if views[target].state.load != "loaded":
+        why = self._refusal(target, views)
+        if why:
             self.enter(Phase.REFUSED)
-            return Outcome("refused", f"{views[target].unit} is {views[target].state.load or 'not loaded'} in systemd: "
-                                      f"install the units first (`radiance setup` or `radiance render --out "
-                                      f"/etc/systemd/system` + `systemctl daemon-reload`)")
+            return Outcome("refused", why)
         strangers = hoststate.strangers_on_port(self.sf, port)
         if strangers:
             self.enter(Phase.REFUSED)

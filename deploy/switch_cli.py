@@ -131,10 +131,17 @@ def stop(names: Annotated[Optional[list[str]], typer.Argument(help="stacks to st
 
 
 def main() -> None:
+    from radiance.deploy.hostcmd import HostCommandError, HostCommandTimeout
     from radiance.deploy.systemd import SystemdError
 
     try:
         app()
+    except HostCommandTimeout as e:
+        typer.echo(f"vllm-switch: {e}", err=True)
+        raise SystemExit(1) from None
     except SystemdError as e:
         typer.echo(f"vllm-switch needs systemd as PID 1 and the rendered units installed: {e}", err=True)
         raise SystemExit(2) from None
+    except HostCommandError as e:
+        typer.echo(f"vllm-switch: {e}", err=True)
+        raise SystemExit(1) from None

@@ -1,12 +1,21 @@
-"""systemctl / journalctl adapter. Every answer is read from systemd at the moment of asking."""
+"""systemctl / journalctl adapter. Every answer is read from systemd at the moment of asking.
+
+Every call has a deadline (hostcmd.run): a systemd that stops answering fails the caller with the
+command named, instead of holding vllm-switch's lock for ever.
+"""
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 
+from radiance.deploy import hostcmd
 
-class SystemdError(RuntimeError):
+# `systemctl stop` blocks until the unit is down; the unit's own TimeoutStopSec bounds that, so the
+# caller passes it and this margin covers systemd's own bookkeeping on top.
+STOP_MARGIN_S = 60.0
+
+
+class SystemdError(hostcmd.HostCommandError):
     pass
 
 
@@ -18,7 +27,8 @@ class UnitState:
     sub: str
     since: str  # ActiveEnterTimestamp (empty when never active)
     main_pid: int
-    result: str  # success / exit-code / timeout ...
+    result: str  # success / exit-code / timeout / start-limit-hit ...
+    restarts: int = 0  # NRestarts: automatic restarts since the unit was last started by hand
 
     @property
     def running(self) -> bool:
@@ -26,14 +36,11 @@ class UnitState:
         return self.active in ("active", "activating", "deactivating", "reloading")
 
 
-def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    r = subprocess.run(list(args), capture_output=True, text=True)
-    if check and r.returncode != 0:
-        raise SystemdError(f"`{' '.join(args)}` failed ({r.returncode}): {(r.stderr or r.stdout).strip()}")
-    return r
+def _run(*args: str, check: bool = True, timeout: float | None = None):
+    return hostcmd.run(args, timeout=timeout, check=check, error=SystemdError)
 
 
-_PROPS = ("LoadState", "ActiveState", "SubState", "ActiveEnterTimestamp", "MainPID", "Result")
+_PROPS = ("LoadState", "ActiveState", "SubState", "ActiveEnterTimestamp", "MainPID", "Result", "NRestarts")
 
 
 def state(unit: str) -> UnitState:
@@ -41,23 +48,37 @@ def state(unit: str) -> UnitState:
     kv = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     return UnitState(unit=unit, load=kv.get("LoadState", ""), active=kv.get("ActiveState", ""),
                      sub=kv.get("SubState", ""), since=kv.get("ActiveEnterTimestamp", ""),
-                     main_pid=int(kv.get("MainPID") or 0), result=kv.get("Result", ""))
+                     main_pid=int(kv.get("MainPID") or 0), result=kv.get("Result", ""),
+                     restarts=int(kv.get("NRestarts") or 0))
+
+
+def environment(unit: str) -> dict[str, str]:
+    """The unit's Environment= settings (never its credentials: those are not environment)."""
+    import shlex
+
+    out = _run("systemctl", "show", unit, "--property=Environment", "--value").stdout.strip()
+    return dict(kv.split("=", 1) for kv in shlex.split(out) if "=" in kv)
 
 
 def start(unit: str) -> None:
-    # --no-block: readiness is judged by the probe, not by systemd's job (Type=simple returns at once
-    # anyway, and a long TimeoutStartSec would otherwise hold us here).
+    # --no-block: readiness is judged by the probe, and a long TimeoutStartSec (the unit's
+    # ExecStartPost waits for the ready probe) would otherwise hold us here.
     _run("systemctl", "reset-failed", unit, check=False)
     _run("systemctl", "start", "--no-block", unit)
 
 
-def stop(unit: str) -> None:
-    """Blocks until systemd has stopped the unit (its TimeoutStopSec bounds this)."""
-    _run("systemctl", "stop", unit)
+def stop(unit: str, stop_timeout_s: float) -> None:
+    """Blocks until systemd has stopped the unit (its TimeoutStopSec, `stop_timeout_s`, bounds this)."""
+    _run("systemctl", "stop", unit, timeout=stop_timeout_s + STOP_MARGIN_S)
+
+
+def kill_main(unit: str, signal: str = "SIGKILL") -> None:
+    """Signal the unit's main process only; with Restart=on-failure systemd restarts the unit."""
+    _run("systemctl", "kill", f"--signal={signal}", "--kill-whom=main", unit)
 
 
 def daemon_reload() -> None:
-    _run("systemctl", "daemon-reload")
+    _run("systemctl", "daemon-reload", timeout=120)
 
 
 def journal_tail(unit: str, lines: int = 30) -> str:
@@ -73,6 +94,9 @@ def available() -> str | None:
         comm = "?"
     if comm != "systemd":
         return f"PID 1 is {comm!r}, not systemd"
-    r = _run("systemctl", "is-system-running", check=False)
+    try:
+        r = _run("systemctl", "is-system-running", check=False)
+    except hostcmd.HostCommandTimeout as e:
+        return str(e)
     state_ = r.stdout.strip()
     return None if state_ in ("running", "degraded", "starting") else f"systemctl is-system-running: {state_}"

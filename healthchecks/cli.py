@@ -2,11 +2,13 @@
 
 Probe exit codes fit podman `HEALTHCHECK`/`HealthCmd` and systemd `ExecStartPost=`/`ExecCondition=`:
 0 = healthy, 1 = unhealthy (the one-line reason on stdout lands in podman's health log / the
-journal), 2 = bad arguments.
+journal), 2 = bad arguments. A waiting probe stopped with SIGTERM exits 0 (the unit is being
+stopped, which is not a failed start).
 """
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -16,11 +18,32 @@ probe_app = typer.Typer(no_args_is_help=True, help="Live / ready probes of a vLL
 
 Url = Annotated[str, typer.Option("--url", help="Server base URL, e.g. http://127.0.0.1:8000")]
 Timeout = Annotated[float, typer.Option("--timeout", min=0.001, help="Seconds for the whole probe (one attempt).")]
+KeyFile = Annotated[Path | None, typer.Option(
+    "--api-key-file", help="File holding the server's API key (sent as a Bearer token; never give the key itself).")]
+KeyEnv = Annotated[str | None, typer.Option(
+    "--api-key-env", help="Environment variable holding the server's API key (in a container: VLLM_API_KEY).")]
+
+
+def _key(key_file: Path | None, key_env: str | None) -> str | None:
+    from radiance import apikey
+
+    if key_file and key_env:
+        raise ValueError("give --api-key-file or --api-key-env, not both")
+    if key_file:
+        return apikey.read_key(key_file, "--api-key-file")
+    return apikey.from_env(key_env) if key_env else None
 
 
 def _finish(result) -> None:
     typer.echo(result.reason)
     raise typer.Exit(0 if result.ok else 1)
+
+
+def _stopped_while_waiting(*_args) -> None:
+    # systemd stopping a unit during its start SIGTERMs ExecStartPost, and counts a control process
+    # killed by a signal as a failed unit: a stop (vllm-switch giving up on it) is not a failed start.
+    typer.echo("stopped while waiting for readiness (SIGTERM: the unit is being stopped)")
+    raise SystemExit(0)
 
 
 def _bad(e: ValueError) -> None:
@@ -29,12 +52,12 @@ def _bad(e: ValueError) -> None:
 
 
 @probe_app.command("live")
-def live_cmd(url: Url, timeout: Timeout = 5.0) -> None:
+def live_cmd(url: Url, timeout: Timeout = 5.0, api_key_file: KeyFile = None, api_key_env: KeyEnv = None) -> None:
     """The server process answers /health with 200 (vLLM answers 503 when its engine is dead)."""
     from radiance.healthchecks import probe
 
     try:
-        _finish(probe.live(url, timeout))
+        _finish(probe.live(url, timeout, api_key=_key(api_key_file, api_key_env)))
     except ValueError as e:
         _bad(e)
 
@@ -51,21 +74,52 @@ def ready_cmd(
     interval: Annotated[float, typer.Option("--interval", min=0.001, help="Seconds between attempts under --wait.")] = 5.0,
     stack: Annotated[str | None, typer.Option(
         "--stack", help="With --wait: record the time the stack became ready (the launch's exec-to-ready phase).")] = None,
+    api_key_file: KeyFile = None,
+    api_key_env: KeyEnv = None,
+    pid: Annotated[int | None, typer.Option(
+        "--pid", min=1, help="With --wait: give up as soon as this process (the unit's $MAINPID) is gone.")] = None,
 ) -> None:
     """Live, the model is listed, and a 1-token completion returns within --timeout."""
     from radiance.healthchecks import probe, state
 
     if stack and wait is None:
         _bad(ValueError("--stack records when a stack became ready and needs --wait"))
+    if pid and wait is None:
+        _bad(ValueError("--pid ends a waiting probe early and needs --wait"))
     try:
+        key = _key(api_key_file, api_key_env)
         if wait is None:
-            _finish(probe.ready(url, model, timeout))
-        result = probe.wait_ready(url, model, startup_s=wait, interval_s=interval, timeout=timeout)
+            _finish(probe.ready(url, model, timeout, api_key=key))
+        signal.signal(signal.SIGTERM, _stopped_while_waiting)
+        result = probe.wait_ready(url, model, startup_s=wait, interval_s=interval, timeout=timeout, api_key=key,
+                                  pid=pid)
     except ValueError as e:
         _bad(e)
     if result.ok and stack:
         state.record_ready(stack, waited_s=result.latency_s)
     _finish(result)
+
+
+@probe_app.command("watch")
+def watch_cmd(
+    stack: Annotated[str, typer.Option("--stack", help="Stack to watch (its unit, URL, model and API key file).")],
+    stacks: Annotated[Path | None, typer.Option(
+        "--stacks", help="Stack file (default: RADIANCE_STACKS, else $RADIANCE_HOME/stacks.yaml, else the bundled example).")] = None,
+    interval: Annotated[float, typer.Option("--interval", min=0.1, help="Seconds between ready probes.")] = 30.0,
+    timeout: Timeout = 30.0,
+    retries: Annotated[int, typer.Option("--retries", min=1, help="Failed probes in a row that make the stack unhealthy.")] = 3,
+) -> None:
+    """Watchdog of a native stack: while its unit is active, probe it; after --retries failures in a
+    row, SIGKILL its main process so systemd restarts it (what podman's --health-on-failure=kill
+    does for a container). Runs until stopped."""
+    from radiance.healthchecks import watchdog
+    from radiance.launcher.stack import StackFileError
+
+    try:
+        w = watchdog.Watchdog.for_stack(stacks, stack, interval_s=interval, timeout_s=timeout, retries=retries)
+    except (StackFileError, ValueError) as e:
+        _bad(e)
+    w.run()
 
 
 def exporter_cmd(
@@ -88,15 +142,19 @@ def exporter_cmd(
 
 
 def ready_argv(url: str, model: str | None = None, *, timeout_s: float = 30.0, wait_s: float | None = None,
-               interval_s: float = 5.0, stack: str | None = None, exe: str = "radiance") -> list[str]:
+               interval_s: float = 5.0, stack: str | None = None, exe: str = "radiance",
+               api_key_env: str | None = None) -> list[str]:
     """The `radiance probe ready` command line, for units and podman's --health-cmd to embed.
 
     Steady state (HEALTHCHECK): no `wait_s`. Startup (ExecStartPost=, vllm-switch): `wait_s` = the
-    startup window, and `stack` to record when it became ready (the exec_to_ready phase).
+    startup window, and `stack` to record when it became ready (the exec_to_ready phase). The key
+    file of a unit's credential (`%d/...`) is a systemd specifier: the unit template appends it.
     """
     argv = [exe, "probe", "ready", "--url", url, "--timeout", f"{timeout_s:g}"]
     if model:
         argv += ["--model", model]
+    if api_key_env:
+        argv += ["--api-key-env", api_key_env]
     if wait_s is not None:
         argv += ["--wait", f"{wait_s:g}", "--interval", f"{interval_s:g}"]
         if stack:

@@ -1,12 +1,19 @@
 """Prometheus exporter: per-stack health, switches and launches (`radiance exporter`).
 
-Two sources, neither sharing process state with what it measures:
+Three sources, none sharing process state with what it measures:
+- systemd: each stack's unit ActiveState, read every round (`radiance_active`). Only stacks whose
+  unit runs are probed, so of two stacks sharing a port only the one that holds it reports up; the
+  others are 0 without a probe. Without systemd as PID 1 (a laptop, CI) every stack is probed and
+  `radiance_active` is not exported: there is nothing to read it from.
 - probes: a background round every `interval_s` runs `probe.live` and `probe.ready` against each
-  stack's port (concurrently) and keeps the last answers; scrapes read those, so a scrape never
-  waits on a slow server;
+  probed stack's port (concurrently, with its API key) and keeps the last answers; scrapes read
+  those, so a scrape never waits on a slow server;
 - state files (healthchecks/state.py): read on every scrape, so a launch or a switch shows on the
-  next scrape, and counters survive exporter restarts (they are counted from the files).
+  next scrape, and counters survive exporter restarts (they are counted from the files). A file
+  this user cannot read, or one off its schema, is counted and logged, never fatal.
 
+Descriptive labels (unit, runtime, arch, quant, model, port, gpus, image) sit on one series per
+stack, `radiance_stack_info`; the health gauges carry `stack` only (join on it in PromQL).
 Every metric name is in the README's "Health and metrics" table (a test compares the two).
 """
 
@@ -16,9 +23,9 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics, start_http_server
@@ -30,10 +37,11 @@ from radiance.healthchecks import probe, state
 
 log = logging.getLogger("radiance.exporter")
 
-STACK_LABELS = ["stack", "port", "gpus", "model"]
 PROBE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # A switch stops one server and waits for the next to answer: seconds to tens of minutes.
 SWITCH_BUCKETS = (1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
+# ActiveStates in which a unit holds (or is taking) its port: its stack is the one to probe.
+HOLDING = ("active", "activating", "deactivating", "reloading")
 
 
 class ExporterError(RuntimeError):
@@ -42,30 +50,61 @@ class ExporterError(RuntimeError):
 
 @dataclass(frozen=True)
 class Target:
-    """One stack as the exporter sees it: where to probe it and the labels it carries."""
+    """One stack as the exporter sees it: where to probe it and what describes it."""
 
     name: str
     url: str
     port: int
     gpus: str  # "0,1"; "none" for a CPU stack
     model: str | None  # the served model name the ready probe asks for; None = whatever it lists
+    unit: str = ""
+    runtime: str = ""
+    arch: str = ""
+    quant: str = ""
+    image: str = ""
+    api_key: str | None = field(default=None, repr=False)
+    key_error: str = ""  # why the stack's api_key_file could not be read (its ready probe says so)
 
     @property
-    def labels(self) -> list[str]:
-        return [self.name, str(self.port), self.gpus, self.model or ""]
+    def info(self) -> dict[str, str]:
+        return {"stack": self.name, "unit": self.unit, "runtime": self.runtime, "arch": self.arch,
+                "quant": self.quant, "model": self.model or "", "port": str(self.port), "gpus": self.gpus,
+                "image": self.image}
 
 
 def targets_from_stacks(stacks_path: Path | None) -> list[Target]:
     """Targets for every stack of the stack file (the launcher's loader; its errors name file and key)."""
-    from radiance.deploy.unitspec import probe_url
+    from radiance import apikey
+    from radiance.deploy.unitspec import probe_url, unit_name
     from radiance.launcher.stack import default_stacks_path, load_stacks
 
     sf = load_stacks(stacks_path or default_stacks_path())
     out = []
     for name, st in sf.stacks.items():
-        out.append(Target(name=name, url=probe_url(st), port=st.port,
-                          gpus=",".join(map(str, st.devices)) or "none", model=st.model_name))
+        key, err = None, ""
+        try:
+            key = apikey.stack_key(sf, name)
+        except apikey.ApiKeyError as e:
+            err = str(e)
+            log.warning("stack %s: %s; its ready probe will fail until the exporter can read it", name, err)
+        out.append(Target(name=name, url=probe_url(st), port=st.port, gpus=",".join(map(str, st.devices)) or "none",
+                          model=st.model_name, unit=unit_name(name), runtime=st.runtime, arch=st.arch,
+                          quant=st.quant, image=st.image or "", api_key=key, key_error=err))
     return out
+
+
+def systemd_states(targets: list[Target]) -> dict[str, str] | None:
+    """{stack: its unit's ActiveState}, or None when systemd is not PID 1 here (or does not answer)."""
+    from radiance.deploy import systemd
+    from radiance.deploy.hostcmd import HostCommandError
+
+    if systemd.available() is not None:
+        return None
+    try:
+        return {t.name: systemd.state(t.unit).active for t in targets if t.unit}
+    except HostCommandError as e:
+        log.warning("systemd did not answer (%s); probing every stack this round", e)
+        return None
 
 
 @dataclass(frozen=True)
@@ -77,55 +116,56 @@ class StackHealth:
 
 
 class Prober:
-    """Probes every target each round; keeps the last `StackHealth` per stack for the collector."""
+    """Each round: the units' ActiveState from systemd, then probes of the stacks whose unit runs
+    (every stack without systemd); keeps the last `StackHealth` per stack for the collector."""
 
-    def __init__(self, targets: list[Target], registry: CollectorRegistry, timeout_s: float) -> None:
+    def __init__(self, targets: list[Target], registry: CollectorRegistry, timeout_s: float,
+                 units: Callable[[list[Target]], dict[str, str] | None] = systemd_states) -> None:
         self.targets = targets
         self.timeout_s = timeout_s
+        self.units = units
         self.last: dict[str, StackHealth] = {}
+        self.active: dict[str, str] | None = None  # ActiveState per stack; None = systemd unavailable
         self._lock = threading.Lock()
+        self._said_no_systemd = False
         self.latency = Histogram("radiance_probe_latency_seconds",
                                  "Wall time of one live or ready probe of a stack (ready includes a 1-token completion).",
                                  ["stack", "probe"], buckets=PROBE_BUCKETS, registry=registry)
 
     def _probe(self, t: Target) -> StackHealth:
-        lv = probe.live(t.url, self.timeout_s)
+        lv = probe.live(t.url, self.timeout_s, api_key=t.api_key)
         self.latency.labels(t.name, "live").observe(lv.latency_s)
         if not lv.ok:
             return StackHealth(False, False, lv.reason, time.time())
-        rd = probe.ready(t.url, t.model, self.timeout_s)
+        if t.key_error:
+            return StackHealth(True, False, f"not probed for readiness: {t.key_error}", time.time())
+        rd = probe.ready(t.url, t.model, self.timeout_s, api_key=t.api_key)
         self.latency.labels(t.name, "ready").observe(rd.latency_s)
         return StackHealth(True, rd.ok, rd.reason, time.time())
 
     def round(self) -> None:
         if not self.targets:
             return
-        with ThreadPoolExecutor(max_workers=min(len(self.targets), 16)) as pool:
-            results = dict(zip([t.name for t in self.targets], pool.map(self._probe, self.targets)))
+        active = self.units(self.targets)
+        if active is None and not self._said_no_systemd:
+            log.info("systemd is not PID 1 here: every stack is probed and radiance_active is not exported")
+            self._said_no_systemd = True
+        probed = [t for t in self.targets if active is None or active.get(t.name) in HOLDING]
+        results = {t.name: StackHealth(False, False, f"not probed: {t.unit} is {active.get(t.name) or 'unknown'}",
+                                       time.time()) for t in self.targets if t not in probed}
+        if probed:
+            with ThreadPoolExecutor(max_workers=min(len(probed), 16)) as pool:
+                results.update(zip([t.name for t in probed], pool.map(self._probe, probed)))
         with self._lock:
             for name, h in results.items():
                 old = self.last.get(name)
                 if old is None or (old.up, old.ready) != (h.up, h.ready):
                     log.info("stack %s: %s", name, h.reason)
-            self.last = results
+            self.last, self.active = results, active
 
-    def snapshot(self) -> dict[str, StackHealth]:
+    def snapshot(self) -> tuple[dict[str, StackHealth], dict[str, str] | None]:
         with self._lock:
-            return dict(self.last)
-
-
-def active_stack(switches: Iterable[state.SwitchRecord]) -> str | None:
-    """The stack the last switch started and left running: `to` after `ok`, `from` after
-    `rolled_back`; none after `timeout` (vllm-switch stops a target that did not get ready, and
-    rollback, if any, failed too); a `refused` switch touched nothing, so the one before it decides."""
-    for rec in sorted(switches, key=lambda r: r.at, reverse=True):
-        if rec.outcome == "ok":
-            return rec.to
-        if rec.outcome == "rolled_back":
-            return rec.from_
-        if rec.outcome == "timeout":
-            return None
-    return None
+            return dict(self.last), (dict(self.active) if self.active is not None else None)
 
 
 def _histogram(name: str, doc: str, label: str, groups: dict[str, list[float]], buckets: tuple[float, ...]):
@@ -157,23 +197,27 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterator:
         bad_counts: dict[str, int] = {}
-        health = self.prober.snapshot()
+        health, active = self.prober.snapshot()
         switches = list(self._read("switch", bad_counts).values())
         launches = self._read("launch", bad_counts)
         readies = self._read("ready", bad_counts)
-        active = active_stack(switches)
 
-        up = GaugeMetricFamily("radiance_up", "1 when the stack's server answers /health with 200.", labels=STACK_LABELS)
+        info = InfoMetricFamily("radiance_stack", "One series per stack of the stack file carrying what describes "
+                                "it; join on `stack`.", labels=["stack"])
+        up = GaugeMetricFamily("radiance_up", "1 when the stack's server answers /health with 200.", labels=["stack"])
         rd = GaugeMetricFamily("radiance_ready", "1 when the stack lists its model and answers a 1-token completion.",
-                               labels=STACK_LABELS)
-        act = GaugeMetricFamily("radiance_active", "1 for the stack vllm-switch last started.", labels=STACK_LABELS)
+                               labels=["stack"])
+        act = GaugeMetricFamily("radiance_active", "1 when systemd reports the stack's unit active (started and ready).",
+                                labels=["stack"])
         for t in self.targets:
+            info.add_metric([t.name], {k: v for k, v in t.info.items() if k != "stack"})
             h = health.get(t.name)
             if h is not None:  # before the first probe round nothing is known: no sample, not a 0
-                up.add_metric(t.labels, float(h.up))
-                rd.add_metric(t.labels, float(h.ready))
-            act.add_metric(t.labels, float(t.name == active))
-        yield from (up, rd, act)
+                up.add_metric([t.name], float(h.up))
+                rd.add_metric([t.name], float(h.ready))
+            if active is not None:
+                act.add_metric([t.name], float(active.get(t.name) == "active"))
+        yield from (info, up, rd, act)
 
         yield from self._switch_metrics(switches)
         yield from self._launch_metrics(launches, readies)

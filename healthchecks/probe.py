@@ -8,15 +8,22 @@ one deadline, so a probe never runs longer than the `timeout` it was given (podm
 `wait_ready` is the startup window: model load + compile take minutes, so callers (units,
 vllm-switch) poll `ready` until a startup deadline, at an interval, instead of judging a server that
 is still loading by the steady-state probe's rules.
+
+`api_key`: a server started with an API key (vLLM's VLLM_API_KEY) refuses `/v1/*` without it; the
+probes send it as `Authorization: Bearer` (radiance.apikey reads it from a file or the environment,
+never from a command line).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
+
+from radiance.apikey import bearer
 
 # The completion that proves the engine generates: one greedy token of a prompt every tokenizer has.
 PROBE_PROMPT = "1"
@@ -82,10 +89,10 @@ def _live(client: httpx.Client, base: str, dl: _Deadline) -> str | None:
     return None
 
 
-def live(url: str, timeout: float = 5.0) -> ProbeResult:
+def live(url: str, timeout: float = 5.0, api_key: str | None = None) -> ProbeResult:
     """The server process answers /health with 200."""
     base, dl = _base(url), _Deadline(timeout)
-    with httpx.Client() as client:
+    with httpx.Client(headers=bearer(api_key)) as client:
         why = _live(client, base, dl)
     if why:
         return ProbeResult(False, why, dl.elapsed())
@@ -96,6 +103,10 @@ def _served_models(client: httpx.Client, base: str, dl: _Deadline) -> list[str] 
     r = _get(client, dl, f"{base}/v1/models")
     if isinstance(r, str):
         return r
+    if r.status_code == 401:
+        sent = "the API key sent was refused" if "authorization" in client.headers else \
+            "the server wants an API key (the stack's api_key_file; `--api-key-file`)"
+        return f"not ready: {base}/v1/models answered 401: {sent}"
     if r.status_code != 200:
         return f"not ready: {base}/v1/models answered {r.status_code}"
     try:
@@ -124,13 +135,13 @@ def _complete(client: httpx.Client, base: str, model: str, dl: _Deadline) -> str
     return None
 
 
-def ready(url: str, model: str | None = None, timeout: float = 30.0) -> ProbeResult:
+def ready(url: str, model: str | None = None, timeout: float = 30.0, api_key: str | None = None) -> ProbeResult:
     """Live, the model is listed, and a 1-token completion returns — within `timeout` in all.
 
     `model=None` probes whichever model the server lists first (one model per stack).
     """
     base, dl = _base(url), _Deadline(timeout)
-    with httpx.Client() as client:
+    with httpx.Client(headers=bearer(api_key)) as client:
         why = _live(client, base, dl)
         if why:
             return ProbeResult(False, why, dl.elapsed())
@@ -149,6 +160,16 @@ def ready(url: str, model: str | None = None, timeout: float = 30.0) -> ProbeRes
     return ProbeResult(True, f"ready: {model!r} answered a 1-token completion in {dl.elapsed():.2f}s", dl.elapsed())
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, another user's
+    return True
+
+
 def wait_ready(
     url: str,
     model: str | None = None,
@@ -157,20 +178,26 @@ def wait_ready(
     interval_s: float = 2.0,
     timeout: float = 30.0,
     on_attempt: Callable[[ProbeResult], None] | None = None,
+    api_key: str | None = None,
+    pid: int | None = None,
 ) -> ProbeResult:
     """Poll `ready` until it passes or the startup window `startup_s` closes.
 
     Returns the passing result (latency_s = time from the first attempt until ready) or the last
     failing one with the window named in its reason. Each attempt's timeout is cut to what is left
     of the window, and no attempt starts without at least an interval of it left, so the call
-    returns within `startup_s`.
+    returns within `startup_s`. With `pid` (the server's process: a unit's $MAINPID) the wait ends
+    as soon as that process is gone: a server that died does not get the rest of the window.
     """
     if startup_s <= 0 or interval_s <= 0:
         raise ValueError(f"startup_s and interval_s must be > 0, got {startup_s}, {interval_s}")
     start = time.monotonic()
     end = start + startup_s
     while True:
-        result = ready(url, model, timeout=min(timeout, end - time.monotonic()))
+        if pid is not None and not _alive(pid):
+            return ProbeResult(False, f"down: the server process {pid} exited before it was ready (its log says why)",
+                               time.monotonic() - start)
+        result = ready(url, model, timeout=min(timeout, end - time.monotonic()), api_key=api_key)
         if on_attempt:
             on_attempt(result)
         if result.ok:

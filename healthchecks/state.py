@@ -41,6 +41,7 @@ kind "ready", name = the stack — written by whoever waited for readiness after
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -115,7 +116,8 @@ def write_state(kind: str, name: str, data: dict[str, Any], root: Path | None = 
     p = _path(kind, name, root)
     record = {"written_at": time.time(), **data}
     _check(kind, f"write_state({kind!r}, {name!r})", record)
-    atomic.write_text(p, json.dumps(record, indent=1, sort_keys=True))
+    # 0644: the exporter may run as another user than the launcher / vllm-switch that write these
+    atomic.write_text(p, json.dumps(record, indent=1, sort_keys=True), mode=0o644)
     return p
 
 
@@ -146,6 +148,9 @@ def read_records(kind: str, root: Path | None = None,
     bad: dict[str, str] = {}
     if not d.is_dir():
         return good, bad
+    if not os.access(d, os.R_OK | os.X_OK):  # glob would silently list nothing
+        bad[str(d)] = "PermissionError: the directory cannot be listed by this user"
+        return good, bad
     schema = SCHEMAS[kind]
     files = sorted(d.glob("*.json"))
     if cache is not None:  # forget files that are gone
@@ -164,7 +169,7 @@ def read_records(kind: str, root: Path | None = None,
                 cache[p] = (stamp, good[p.stem])
         except FileNotFoundError:
             continue  # removed between glob and read
-        except (ValueError, ValidationError) as e:
+        except (OSError, ValueError, ValidationError) as e:  # unreadable (permissions) or off-schema
             bad[str(p)] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
     return good, bad
 

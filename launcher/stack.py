@@ -44,9 +44,15 @@ class StackFileError(ValueError):
     """A stack file that cannot be used; str() is the message for the person editing it."""
 
 
+# An API key given here would land in `ps`, `systemctl show`, the journal and --dry-run.
+_SECRET_HINT = "would show in ps, systemctl show, the journal and --dry-run; put the key in a file and name it in `api_key_file`"
+
+
 def _env_name(k: str) -> str:
     if not ENV_NAME_RE.match(k):
         raise ValueError(f"{k!r} is not an environment variable name")
+    if k == "VLLM_API_KEY":
+        raise ValueError(f"VLLM_API_KEY in `env` {_SECRET_HINT}")
     if k.startswith("RADIANCE_") and k not in KNOBS:
         raise ValueError(f"{k} is not a radiance knob (see the README's Knobs table or radiance/knobs.py)")
     return k
@@ -60,6 +66,15 @@ def _env_value(v: Any) -> Any:
 
 
 EnvMap = dict[Annotated[str, AfterValidator(_env_name)], Annotated[str, BeforeValidator(_env_value)]]
+
+
+def _no_api_key_arg(args: list[str]) -> list[str]:
+    if any(a == "--api-key" or a.startswith("--api-key=") for a in args):
+        raise ValueError(f"--api-key in `extra_args` {_SECRET_HINT}")
+    return args
+
+
+ExtraArgs = Annotated[list[str], AfterValidator(_no_api_key_arg)]
 
 
 class _Strict(BaseModel):
@@ -93,7 +108,7 @@ class ModeOverrides(_Strict):
     max_num_seqs: int | None = Field(default=None, ge=1)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     env: EnvMap = Field(default_factory=dict)
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: ExtraArgs = Field(default_factory=list)
 
     @field_validator("max_model_len")
     @classmethod
@@ -128,8 +143,9 @@ class Stack(_Strict):
     max_num_seqs: int | None = Field(default=None, ge=1)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     start_timeout_s: int | None = Field(default=None, ge=10)
+    api_key_file: str | None = None
     env: EnvMap = Field(default_factory=dict)
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: ExtraArgs = Field(default_factory=list)
     eval: ModeOverrides = Field(default_factory=ModeOverrides)
     prod: ModeOverrides = Field(default_factory=ModeOverrides)
 

@@ -16,7 +16,7 @@ from vllm.model_executor.layers.linear import register_weight_loader_v2_supporte
 from vllm.model_executor.layers.quantization import register_quantization_config
 
 from radiance.kernels import ops
-from radiance.kernels.formats import FormatError
+from radiance.kernels.formats import FormatError, check_format_version
 from radiance.kernels.formats import paroquant as fmt
 from radiance.plugin import checkall
 from radiance.plugin.base import RadianceLinearMethod, RadianceQuantConfig, config_int
@@ -90,6 +90,7 @@ class ParoQuantConfig(RadianceQuantConfig):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ParoQuantConfig:
+        check_format_version(config, "config.json quantization_config")
         bits = config_int(config, "bits", "paroquant")
         group_size = config_int(config, "group_size", "paroquant")
         krot = config_int(config, "krot", "paroquant", default=fmt.MAX_KROT)

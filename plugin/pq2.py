@@ -14,6 +14,7 @@ from vllm.model_executor.layers.linear import register_weight_loader_v2_supporte
 from vllm.model_executor.layers.quantization import register_quantization_config
 
 from radiance.kernels import ops
+from radiance.kernels.formats import check_format_version
 from radiance.kernels.formats import pq2 as fmt
 from radiance.plugin import checkall
 from radiance.plugin.base import RadianceLinearMethod, RadianceQuantConfig, config_int
@@ -56,6 +57,7 @@ class Pq2Config(RadianceQuantConfig):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Pq2Config:
+        check_format_version(config, "config.json quantization_config")
         bits = config_int(config, "bits", "pq2")
         group_size = config_int(config, "group_size", "pq2")
         fmt.validate_config("config.json quantization_config", bits, group_size)

@@ -30,6 +30,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from radiance import atomic
+from radiance.checksums import write_manifest
+from radiance.kernels.formats import FORMAT_KEY, FORMAT_VERSION
 from radiance.kernels.formats import paroquant as paro_fmt
 from radiance.kernels.formats import pq2 as pq2_fmt
 from radiance.progress import bar as progress_bar
@@ -101,6 +103,7 @@ class QuantizeOptions:
             cfg = {"quant_method": "pq2", "bits": 2, "group_size": pq2_fmt.GROUP_SIZE}
         else:
             cfg = {"quant_method": "paroquant", "bits": 4, "group_size": paro_fmt.GROUP_SIZE, "krot": self.krot}
+        cfg[FORMAT_KEY] = FORMAT_VERSION  # the plugin refuses a major version it does not read
         if self.skip:  # the plugin must know these linears stay 16-bit (its own list covers the defaults)
             cfg["modules_to_not_convert"] = list(self.skip)
         return cfg
@@ -220,6 +223,9 @@ def write_checkpoint(src: Path, out: Path, opts: QuantizeOptions, progress: bool
         record = {"quantizer_version": QUANTIZER_VERSION, "options": opts.record(), "source": str(src.resolve()),
                   **(record_extra or {})}
         (build / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+        write_manifest(build)  # last: it covers every file above (`radiance setup` checks it)
+        for f in build.iterdir():  # safetensors writes 0600; a container's non-root user reads these
+            f.chmod(0o644)
         build.chmod(0o755)
     return out
 

@@ -10,17 +10,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
-def write_text(path: Path, text: str) -> None:
-    write_bytes(path, text.encode())
+def write_text(path: Path, text: str, mode: int | None = None) -> None:
+    write_bytes(path, text.encode(), mode)
 
 
-def write_bytes(path: Path, data: bytes) -> None:
+def write_bytes(path: Path, data: bytes, mode: int | None = None) -> None:
+    """`mode`: the file's permissions (default: mkstemp's 0600, readable by its owner only)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -25,6 +25,8 @@ KNOBS: dict[str, Knob] = {
     for k in [
         Knob("RADIANCE_HOME", "~/.cache/radiance", False,
              "Root of everything radiance downloads or builds: models, pip cache, kernel and compile caches, state files."),
+        Knob("RADIANCE_CACHE", None, False,
+             "Root of the rebuildable caches (`kernels/`, `compile/`); unset: `$RADIANCE_HOME`. The system layout (`radiance render --system`) uses `/var/cache/radiance`."),
         Knob("RADIANCE_STACKS", None, False,
              "Stack file used when `--stacks` is not given (default: `$RADIANCE_HOME/stacks.yaml`, else the bundled example)."),
         Knob("RADIANCE_REQUIRE_ALL", None, False,

@@ -9,6 +9,7 @@ shared with the plugin tests, cached under $RADIANCE_HOME/models). The test itse
 
 from __future__ import annotations
 
+import shutil
 import socket
 import threading
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from radiance.deploy import unitspec
-from radiance.deploy.container_spec import create_kwargs
+from radiance.deploy.container_spec import create_kwargs, prepare_host_dirs
 from radiance.deploy.render import render_unit
 from radiance.healthchecks import probe
 from radiance.launcher.stack import load_stacks
@@ -60,10 +61,15 @@ def test_create_kwargs_match_the_rendered_unit(tmp_path):
 @pytest.mark.integration
 def test_demo_container_lifecycle(podman_client, cpu_image, qwen_paro_dir, tmp_path):
     port, name = free_port(), f"radiance-demo-{uuid.uuid4().hex[:8]}"
-    sf = load_stacks(_podman_demo(tmp_path, cpu_image, port, name, model=qwen_paro_dir))
+    # The container runs as a non-root user, who reads only world-readable checkpoint files
+    # (`radiance setup` says so); the shared cached variant may predate quantize writing 0644.
+    model = tmp_path / "model"
+    shutil.copytree(qwen_paro_dir, model)
+    for f in model.iterdir():
+        f.chmod(0o644)
+    sf = load_stacks(_podman_demo(tmp_path, cpu_image, port, name, model=model))
     spec = unitspec.unit_spec(sf, "demo")
-    for d in spec.writable_dirs:  # what the unit's ExecStartPre does
-        Path(d).mkdir(parents=True, exist_ok=True)
+    prepare_host_dirs(spec)  # what the unit's ExecStartPre does
     try:
         container = podman_client.containers.create(**create_kwargs(spec))
         assert container.labels["radiance.stack"] == "demo"

@@ -1,13 +1,13 @@
-"""Port and device holders read from /proc, against real sockets and open files (milliseconds)."""
+"""Port holders and process names read from /proc, against real sockets and processes (milliseconds)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
-import sys
-import time
+from pathlib import Path
 
-from radiance.deploy import gpus, procs
+from radiance.deploy import procs
 
 
 def test_port_holder_is_this_process():
@@ -25,27 +25,12 @@ def test_port_holder_is_this_process():
     assert procs.port_holders(port) == []
 
 
-def test_file_holders_names_the_process_with_the_node_open(tmp_path):
-    node = tmp_path / "fake-kfd"
-    node.write_text("")
-    child = subprocess.Popen([sys.executable, "-c", f"f = open({str(node)!r}); import time; time.sleep(30)"])
-    try:
-        deadline = time.monotonic() + 10
-        while not procs.file_holders([str(node)]):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        assert [h.pid for h in procs.file_holders([str(node)])] == [child.pid]
-    finally:
-        child.kill()
-        child.wait()
-    assert procs.file_holders([str(node)]) == []
-
-
-def test_gpu_nodes_per_vendor(tmp_path):
-    assert gpus.device_nodes("rocm", [0, 1], tmp_path) == [str(tmp_path / "kfd")]
-    assert gpus.device_nodes("nvidia", [1], tmp_path) == [str(tmp_path / "nvidia1")]
-    assert gpus.device_nodes("cpu", []) == []
-    assert gpus.gpu_holders("rocm", [0], tmp_path) == []  # no such node here: nothing holds it
+def test_process_names_a_pid_and_says_when_it_cannot():
+    me = procs.process(os.getpid())
+    assert me.pid == os.getpid() and me.name == Path("/proc/self/comm").read_text().strip()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert procs.process(gone.pid).name == "not visible in /proc"
 
 
 def test_unit_from_cgroup():

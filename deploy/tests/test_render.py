@@ -36,13 +36,18 @@ def _normalized(path: Path) -> str:
     return path.read_text().replace(str(EXAMPLE.absolute()), FIXED_STACKS)
 
 
-def test_golden_units_for_every_example_stack(home):
+@pytest.mark.parametrize("kind", ["service", "quadlet"])
+def test_golden_units_for_every_example_stack(home, kind):
+    """Each podman stack gets one definition: a .service, or a Quadlet .container (never both)."""
     sf = load_stacks(EXAMPLE)
     out = home / "units"
-    results = render.render_all(sf, out, launcher_bin="/usr/local/bin/radiance-launch")
+    results = render.render_all(sf, out, launcher_bin="/usr/local/bin/radiance-launch", podman_units=kind,
+                                quadlet_dir=out / "quadlet")
     rendered = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
-    expected = [Path(f"radiance-{n}.service") for n in sf.stacks] + \
-               [Path("quadlet") / f"radiance-{n}.container" for n, s in sf.stacks.items() if s.runtime == "podman"]
+    podman_stacks = [n for n, s in sf.stacks.items() if s.runtime == "podman"]
+    expected = [Path(f"radiance-{n}.service") for n in sf.stacks if kind == "service" or n not in podman_stacks]
+    expected += [Path("quadlet") / f"radiance-{n}.container" for n in podman_stacks if kind == "quadlet"]
+    expected += [Path(render.WATCHDOG_TEMPLATE)]  # `demo` is native
     assert rendered == sorted(expected)
     assert all(r.changed for r in results)
     if os.environ.get("UPDATE_GOLDEN") == "1":
@@ -52,6 +57,18 @@ def test_golden_units_for_every_example_stack(home):
     for rel in rendered:
         assert (GOLDEN / rel).exists(), f"no golden file for {rel}; run with UPDATE_GOLDEN=1 and review"
         assert _normalized(out / rel) == (GOLDEN / rel).read_text(), f"{rel} differs from its golden file"
+
+
+def test_switching_the_podman_unit_kind_removes_the_other(home):
+    sf = load_stacks(EXAMPLE)
+    out, quadlets = home / "units", home / "containers-systemd"
+    render.render_all(sf, out, podman_units="service", quadlet_dir=quadlets)
+    assert (out / "radiance-paro.service").exists()
+    res = render.render_all(sf, out, podman_units="quadlet", quadlet_dir=quadlets)
+    assert (quadlets / "radiance-paro.container").exists()
+    assert not (out / "radiance-paro.service").exists(), "a .service would shadow the Quadlet-generated unit"
+    assert {r.path.name for r in res if r.removed} == {f"radiance-{n}.service" for n in ("paro", "paromx", "pq2")}
+    assert (out / "radiance-demo.service").exists() and (out / "radiance-turing.service").exists()  # native
 
 
 def test_conflicts_come_from_shared_gpus_and_ports():
@@ -85,7 +102,7 @@ def test_host_and_start_timeout_follow_the_stack(home, tmp_path):
     spec = unitspec.unit_spec(load_stacks(f), "demo")
     assert spec.host == "0.0.0.0"
     unit = render.render_unit(spec)
-    assert "TimeoutStartSec=600" in unit
+    assert "TimeoutStartSec=660" in unit and "--wait 600" in unit  # the probe's window, then a margin
     assert unitspec.probe_url(load_stacks(f).get("demo")) == "http://127.0.0.1:8765"
 
 
@@ -128,7 +145,8 @@ def test_every_rendered_unit_passes_systemd_analyze_verify(tmp_path, monkeypatch
         pytest.skip("podman stacks' units need /usr/bin/podman to exist for verify")
     out = tmp_path / "units"
     render.render_all(load_stacks(EXAMPLE), out, launcher_bin=str(launcher), podman_bin=shutil.which("podman"))
-    for unit in sorted(out.glob("*.service")):
+    (out / "radiance-watchdog@demo.service").symlink_to(render.WATCHDOG_TEMPLATE)  # verify checks instances
+    for unit in sorted(p for p in out.glob("*.service") if not p.name.endswith("@.service")):
         r = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, cwd=out)
         # Unknown keys only warn (exit 0): any stderr line about our unit is a defect.
         assert r.returncode == 0 and unit.name not in r.stderr, f"{unit.name}:\n{r.stderr}"

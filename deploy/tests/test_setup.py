@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from radiance.checksums import write_manifest
 from radiance.cli import app
 from radiance.deploy import setup as setup_mod
 from radiance.deploy import unitspec
+from radiance.launcher.stack import load_stacks
 
 EXAMPLE = Path(unitspec.__file__).parent / "stacks.example.yaml"
 
@@ -36,7 +38,8 @@ def home(tmp_path, monkeypatch):
 def test_check_reports_what_is_missing_and_changes_nothing(home, tmp_path):
     units = tmp_path / "units"
     before = _tree(home)
-    r = CliRunner().invoke(app, ["setup", "--check", "--stacks", str(EXAMPLE), "--unit-dir", str(units)])
+    r = CliRunner().invoke(app, ["setup", "--check", "--stacks", str(EXAMPLE), "--unit-dir", str(units),
+                                 "--quadlet-dir", str(tmp_path / "quadlet")])
     assert r.exit_code == 1, r.output
     out = " ".join(r.output.split())
     if not Path("/dev/kfd").exists():
@@ -67,7 +70,7 @@ def test_second_run_changes_nothing_and_says_so(home, tmp_path):
     model = home / "models" / "demo-ckpt"
     _checkpoint(model)
     stacks, units = _demo_stack(tmp_path, model), tmp_path / "units"
-    args = ["setup", "--stacks", str(stacks), "--unit-dir", str(units)]
+    args = ["setup", "--stacks", str(stacks), "--unit-dir", str(units), "--quadlet-dir", str(tmp_path / "quadlet")]
     first = CliRunner().invoke(app, args)
     out1 = " ".join(first.output.split())
     assert "wrote radiance-demo.service" in out1 and "2 files match SHA256SUMS (2 newly hashed)" in out1, first.output
@@ -89,3 +92,21 @@ def test_checksum_mismatch_is_reported(home):
     (model / setup_mod.MANIFEST).unlink()
     status, detail = setup_mod.verify_checkpoint(model, check=True)
     assert status == "missing" and "has no SHA256SUMS" in detail
+
+
+def test_a_container_user_must_be_able_to_read_the_checkpoint(home, tmp_path):
+    model = home / "models" / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"weights")
+    (model / "model.safetensors").chmod(0o600)  # what safetensors writes
+    write_manifest(model)
+    stacks = tmp_path / "stacks.yaml"
+    native = "version: 1\nstacks:\n  s:\n    arch: cpu\n    model: m\n    quant: paroquant\n    port: 1\n"
+    stacks.write_text(native)
+    (step,) = setup_mod.checkpoints(load_stacks(stacks), ["s"], check=True, progress=None)
+    assert step.status == "ok", step  # a native stack reads it as root
+    stacks.write_text(native + "    runtime: podman\n    image: localhost/x\n")
+    (step,) = setup_mod.checkpoints(load_stacks(stacks), ["s"], check=True, progress=None)
+    assert step.status == "missing" and "model.safetensors not readable by the container's user 10001" in step.detail
+    assert f"chmod -R a+rX {model}" in step.detail

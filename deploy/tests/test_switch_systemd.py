@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import subprocess
 import time
-import uuid
 
 import pytest
 
-from radiance.testing.podman import podman, remove_container
+from radiance.testing.systemd_box import Box, running_box
 
 pytestmark = pytest.mark.integration
 
@@ -52,19 +51,7 @@ PORTS = {"alpha": 18080, "beta": 18080, "gamma": 18081}
 DEFAULT_VARIANT = {"alpha": "--hold-after-term 3", "beta": "", "gamma": "--never-ready"}
 
 
-class Box:
-    """The systemd container: run commands in it with the podman CLI (FACTS.md: not the API)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def sh(self, cmd: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-        r = subprocess.run(["podman", "exec", self.name, "bash", "-c", cmd], capture_output=True, text=True,
-                           timeout=timeout)
-        if check and r.returncode != 0:
-            raise AssertionError(f"`{cmd}` exited {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
-        return r
-
+class SwitchBox(Box):
     def switch(self, args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return self.sh(f"vllm-switch {args}", check=False, timeout=timeout)
 
@@ -75,32 +62,23 @@ class Box:
 
     def set_server(self, stack: str, variant: str) -> None:
         """Swap the unit's ExecStart (a drop-in) for the fake server with this variant's flags."""
-        d = f"/etc/systemd/system/radiance-{stack}.service.d"
-        conf = (f"[Service]\nExecStart=\nExecStart=/opt/radiance/bin/python3 -m radiance.testing.fake_vllm "
-                f"--port {PORTS[stack]} --model {stack}-model --load-s 0.5 {variant}\n")
-        self.sh(f"mkdir -p {d} && cat > {d}/10-fake-server.conf <<'EOF'\n{conf}EOF\nsystemctl daemon-reload")
+        self.drop_in(f"radiance-{stack}.service", "[Service]\nExecStart=\nExecStart=/opt/radiance/bin/python3 -m "
+                     f"radiance.testing.fake_vllm --port {PORTS[stack]} --model {stack}-model --load-s 0.5 {variant}\n",
+                     name="10-fake-server.conf")
 
 
 @pytest.fixture(scope="module")
 def box(systemd_image, radiance_wheel):
-    name = f"radiance-systemd-{uuid.uuid4().hex[:8]}"
-    try:
-        podman("run", "-d", "--name", name, "--systemd=always", "--network=none",
-               "-v", f"{radiance_wheel.parent}:/wheels:ro", systemd_image, "/sbin/init")
-        b = Box(name)
-        deadline = time.monotonic() + 60
-        while b.sh("systemctl is-system-running", check=False).stdout.strip() not in ("running", "degraded"):
-            assert time.monotonic() < deadline, "systemd in the container did not come up within 60 s"
-            time.sleep(0.5)
+    with running_box(systemd_image, "--network=none", "-v", f"{radiance_wheel.parent}:/wheels:ro",
+                     prefix="radiance-systemd") as b:
+        b = SwitchBox(b.name)
         b.sh(f"/opt/radiance/bin/pip install -q --no-deps --no-index /wheels/{radiance_wheel.name}")
-        b.sh(f"mkdir -p /root/.cache/radiance && cat > /root/.cache/radiance/stacks.yaml <<'EOF'\n{STACKS}EOF")
+        b.write("/root/.cache/radiance/stacks.yaml", STACKS)
         r = b.sh("radiance render --out /etc/systemd/system --launcher /opt/radiance/bin/radiance-launch")
         assert "wrote  /etc/systemd/system/radiance-alpha.service" in r.stdout
         for stack, variant in DEFAULT_VARIANT.items():
             b.set_server(stack, variant)
         yield b
-    finally:
-        remove_container(name)
 
 
 @pytest.fixture(autouse=True)
@@ -116,7 +94,9 @@ def test_rendered_units_carry_conflicts_and_timeouts(box):
     unit = box.sh("systemctl cat radiance-beta.service").stdout
     assert "Conflicts=radiance-alpha.service" in unit
     assert "After=radiance-alpha.service" in unit  # stop-before-start ordering
-    assert "TimeoutStartSec=1800" in unit and "Restart=on-failure" in unit and "KillMode=mixed" in unit
+    assert "TimeoutStartSec=1860" in unit and "Restart=on-failure" in unit and "KillMode=mixed" in unit
+    assert "RestartPreventExitStatus=2" in unit and "StartLimitBurst=3" in unit
+    assert "ExecStartPost=/opt/radiance/bin/radiance probe ready --url http://127.0.0.1:18080" in unit
     assert "Conflicts" not in box.sh("systemctl cat radiance-gamma.service").stdout.split("[Service]")[0]
     box.sh("systemd-analyze verify /etc/systemd/system/radiance-alpha.service")
 

@@ -35,6 +35,7 @@ class Behaviour:
     models: list[str] = field(default_factory=lambda: ["demo"])
     completion_status: int = 200
     completion_delay_s: float = 0.0
+    api_key: str | None = None  # like vLLM with VLLM_API_KEY: /v1/* want `Authorization: Bearer <key>`
     requests: list[str] = field(default_factory=list)
 
 
@@ -51,8 +52,16 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _refused(self) -> bool:
+            if b.api_key and self.path.startswith("/v1") and self.headers.get("Authorization") != f"Bearer {b.api_key}":
+                self._send(401, {"error": "Unauthorized"})
+                return True
+            return False
+
         def do_GET(self) -> None:
             b.requests.append(f"GET {self.path}")
+            if self._refused():
+                return
             if self.path == "/health":
                 self._send(b.health, "")
             elif self.path == "/v1/models":
@@ -64,6 +73,8 @@ def _handler(b: Behaviour) -> type[BaseHTTPRequestHandler]:
             b.requests.append(f"POST {self.path}")
             n = int(self.headers.get("Content-Length", 0))
             req = json.loads(self.rfile.read(n) or b"{}")
+            if self._refused():
+                return
             if self.path != "/v1/completions":
                 self._send(404, {"error": "not found"})
                 return

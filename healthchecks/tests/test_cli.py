@@ -72,3 +72,24 @@ def test_ready_argv_runs_as_built(openai_server, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert state.read_state("ready", "paro", root=tmp_path / "state")["stack"] == "paro"
     assert ready_argv(s.url)[1:] == ["probe", "ready", "--url", s.url, "--timeout", "30"]
+
+
+def test_probe_sends_the_api_key_from_a_file_or_the_environment(openai_server, tmp_path):
+    srv = openai_server()
+    srv.behaviour.api_key = "sk-test-4711"
+    r = _probe("ready", "--url", srv.url, "--timeout", "5")
+    assert r.returncode == 1 and "answered 401: the server wants an API key" in r.stdout, r.stdout
+    key = tmp_path / "key"
+    key.write_text("sk-test-4711\n")
+    r = _probe("ready", "--url", srv.url, "--timeout", "5", "--api-key-file", str(key))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _probe("ready", "--url", srv.url, "--timeout", "5", "--api-key-env", "MY_KEY",
+               env=os.environ | {"MY_KEY": "sk-test-4711"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    key.write_text("wrong")
+    r = _probe("ready", "--url", srv.url, "--timeout", "5", "--api-key-file", str(key))
+    assert r.returncode == 1 and "the API key sent was refused" in r.stdout
+    key.write_text("")
+    r = _probe("live", "--url", srv.url, "--api-key-file", str(key))
+    assert r.returncode == 2 and f"--api-key-file {key}: the file is empty" in r.stderr
+    assert "sk-test" not in r.stdout + r.stderr

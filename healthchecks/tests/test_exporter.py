@@ -81,9 +81,14 @@ def test_stack_health_labels_and_probe_latency(stacks, tmp_path):
 
     prober.round()
     s = _samples(registry)
-    assert _value(s, "radiance_up", stack="demo", port=str(demo.port), gpus="none", model="demo") == 1
+    assert _value(s, "radiance_stack_info", stack="demo", port=str(demo.port), gpus="none", model="demo",
+                  unit="radiance-demo.service", runtime="native", arch="cpu", quant="paroquant", image="") == 1
+    assert _value(s, "radiance_stack_info", stack="paro", gpus="0,1", model="qwen", arch="sm_86") == 1
+    assert _value(s, "radiance_up", stack="demo") == 1
+    assert [dict(ls) for (n, ls) in s if n == "radiance_up" and ("stack", "demo") in ls] == [{"stack": "demo"}], \
+        "descriptive labels live on radiance_stack_info only"
     assert _value(s, "radiance_ready", stack="demo") == 1
-    assert _value(s, "radiance_up", stack="paro", gpus="0,1") == 0
+    assert _value(s, "radiance_up", stack="paro") == 0
     assert _value(s, "radiance_ready", stack="paro") == 0
     assert _value(s, "radiance_up", stack="pq2") == 0
     assert _value(s, "radiance_probe_latency_seconds_count", stack="demo", probe="ready") == 1
@@ -99,13 +104,26 @@ def test_stack_health_labels_and_probe_latency(stacks, tmp_path):
     assert _value(s, "radiance_probe_latency_seconds_count", stack="demo", probe="ready") == 2
 
 
+def test_without_systemd_every_stack_is_probed_and_active_is_not_guessed(stacks, tmp_path, caplog):
+    """On this machine systemd is not PID 1: nothing says which unit runs, so radiance_active is not
+    exported (the systemd box tests read it from real units: deploy/tests/test_unit_faults.py)."""
+    f, demo, _ = stacks
+    require(exporter.systemd_states(exporter.targets_from_stacks(f)) is None, "systemd is PID 1 here")
+    registry, prober = exporter.build(exporter.targets_from_stacks(f), probe_timeout_s=3, state_root=tmp_path)
+    with caplog.at_level(logging.INFO, logger="radiance.exporter"):
+        prober.round()
+    s = _samples(registry)
+    assert not [k for k in s if k[0] == "radiance_active"]
+    assert _value(s, "radiance_ready", stack="demo") == 1
+    assert any("systemd is not PID 1 here" in r.message for r in caplog.records)
+
+
 def test_switch_metrics_from_state_files(stacks, tmp_path):
     f, *_ = stacks
     root = tmp_path / "state"
     registry, _ = exporter.build(exporter.targets_from_stacks(f), state_root=root)
     s = _samples(registry)
     assert _value(s, "radiance_switches_total", to="paro", outcome="ok") == 0, "zeros exist before any switch"
-    assert all(v == 0 for (n, _), v in s.items() if n == "radiance_active")
 
     state.record_switch(None, "demo", "ok", 42.0, at=1000.0, root=root)
     state.record_switch("demo", "paro", "timeout", 650.0, at=2000.0, root=root)
@@ -115,15 +133,9 @@ def test_switch_metrics_from_state_files(stacks, tmp_path):
     assert _value(s, "radiance_switches_total", to="demo", outcome="ok") == 1
     assert _value(s, "radiance_switches_total", to="pq2", outcome="rolled_back") == 1
     assert _value(s, "radiance_switches_total", to="demo", outcome="refused") == 1
-    # rolled back to `paro`; the later refusal started nothing
-    assert _value(s, "radiance_active", stack="paro") == 1
-    assert _value(s, "radiance_active", stack="demo") == 0
-    state.record_switch("paro", "demo", "timeout", 900.0, at=5000.0, root=root)  # target stopped again
-    s = _samples(registry)
-    assert all(v == 0 for (n, _), v in s.items() if n == "radiance_active")
+    state.record_switch("paro", "demo", "timeout", 900.0, at=5000.0, root=root)
     state.record_switch(None, "demo", "ok", 50.0, at=6000.0, root=root)
     s = _samples(registry)
-    assert _value(s, "radiance_active", stack="demo") == 1
     assert _value(s, "radiance_switch_duration_seconds_count", outcome="timeout") == 2
     assert _value(s, "radiance_switch_duration_seconds_bucket", outcome="timeout", le="600.0") == 0
     assert _value(s, "radiance_switch_duration_seconds_bucket", outcome="timeout", le="1200.0") == 2
@@ -166,6 +178,45 @@ def test_launch_metrics_from_state_files(stacks, tmp_path, caplog):
     assert len([r for r in caplog.records if "junk.json" in r.message]) == 1
 
 
+# Run as `nobody` after the imports (this interpreter may live under root's 0700 home): the kernel,
+# not a mock, refuses the reads.
+AS_NOBODY = """
+import os, sys
+from pathlib import Path
+from prometheus_client import generate_latest
+from radiance.healthchecks import exporter
+targets = [exporter.Target("demo", "http://127.0.0.1:9", 9, "none", "demo")]
+registry, _ = exporter.build(targets, state_root=Path(sys.argv[1]))
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+print(generate_latest(registry).decode())
+"""
+
+
+def test_unreadable_state_files_are_counted_not_fatal(tmp_path):
+    require(os.geteuid() == 0, "needs root to run the exporter as another user")
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="radiance-state-"))  # not under pytest's 0700 tmp dirs
+    try:
+        root.chmod(0o755)
+        state.record_launch("demo", mode="prod", phases={}, kernel_builds=0, kernel_cache_hits=0, cache_key="k",
+                            radiance_version="0.1.0", vllm_version="0.32.0", model="demo", root=root)
+        assert (root / "launch" / "demo.json").stat().st_mode & 0o777 == 0o644, "state files are world-readable"
+        state.record_switch(None, "demo", "ok", 1.0, at=1000.0, root=root)
+        secret = root / "switch" / "0000000002000-demo.json"
+        secret.write_text((root / "switch" / "0000001000000-demo.json").read_text())
+        secret.chmod(0o600)  # what a state file written before 0644 looked like to the exporter's user
+        (root / "ready").mkdir(mode=0o700)  # a directory it cannot list
+        r = subprocess.run([sys.executable, "-c", AS_NOBODY, str(root)], capture_output=True, text=True, timeout=120)
+    finally:
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert 'radiance_state_file_errors{kind="switch"} 1.0' in r.stdout
+    assert 'radiance_state_file_errors{kind="ready"} 1.0' in r.stdout
+    assert 'radiance_switches_total{outcome="ok",to="demo"} 1.0' in r.stdout  # the readable one still counts
+    assert 'radiance_launch_kernel_builds{stack="demo"} 0.0' in r.stdout
+
+
 def test_bad_stack_file_is_a_clear_error(tmp_path):
     from radiance.launcher.stack import StackFileError
 
@@ -186,14 +237,14 @@ def test_exporter_command_serves_metrics_on_loopback(stacks, tmp_path, free_port
     try:
         deadline = time.monotonic() + 90  # generous: the CI machine is shared and often loaded
         text = ""
-        while time.monotonic() < deadline and 'radiance_ready{gpus="none",model="demo"' not in text:
+        while time.monotonic() < deadline and 'radiance_ready{stack="demo"}' not in text:
             assert proc.poll() is None, proc.stdout.read()
             try:
                 text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
             except httpx.ConnectError:
                 pass
             time.sleep(0.2)
-        assert f'radiance_ready{{gpus="none",model="demo",port="{demo.port}",stack="demo"}} 1.0' in text, (
+        assert 'radiance_ready{stack="demo"} 1.0' in text, (
             f"no ready demo in the exporter's /metrics after 90 s:\n{text[-1500:]}")
         assert _listen_addresses(port) == {"127.0.0.1"}, "bound to loopback only by default"
     finally:

@@ -151,7 +151,9 @@ def test_prometheus_scrapes_vllm_and_exporter(running, completed, prom):
     assert float(tokens[0]["value"][1]) >= completed["usage"]["completion_tokens"]
     ready = prom.wait_for('radiance_ready{stack="demo"} == 1', timeout_s=30)
     assert ready, f"radiance_ready not 1; targets {prom.targets_up()}; exporter log:\n{_tail(running.exporter_log)}"
-    assert ready[0]["metric"]["model"] == "demo" and ready[0]["metric"]["gpus"] == "none"
+    # what describes a stack is on radiance_stack_info: joined on `stack`, as docs/observability.md shows
+    joined = prom.wait_for('radiance_ready * on(stack) group_left(model, gpus) radiance_stack_info')
+    assert joined and joined[0]["metric"]["model"] == "demo" and joined[0]["metric"]["gpus"] == "none", joined
     assert prom.targets_up() == {"vllm": "up", "radiance": "up"}
     # the launch the launcher recorded and the readiness the waiting probe recorded, through Prometheus
     info = prom.wait_for('radiance_launch_info{stack="demo"}')

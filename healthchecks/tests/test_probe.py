@@ -98,3 +98,15 @@ def test_bad_url_is_a_clear_error(bad):
 def test_nonpositive_timeout_is_refused():
     with pytest.raises(ValueError, match="timeout must be > 0"):
         probe.live("http://127.0.0.1:1", timeout=0)
+
+
+def test_wait_ends_when_the_server_process_is_gone(free_port):
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    t = time.monotonic()
+    r = probe.wait_ready(f"http://127.0.0.1:{free_port()}", "demo", startup_s=60, interval_s=0.2, timeout=1,
+                         pid=dead.pid)
+    assert not r.ok and f"the server process {dead.pid} exited before it was ready" in r.reason
+    assert time.monotonic() - t < 5, "a dead server must not get the rest of the startup window"

@@ -12,3 +12,25 @@ from __future__ import annotations
 
 class FormatError(ValueError):
     """A checkpoint tensor does not match its format (message names layer, tensor, expectation)."""
+
+
+# The version of radiance's checkpoint layouts (this package), written by `radiance quantize` into
+# quantization_config. Major: the layout changed incompatibly, a reader refuses another major;
+# minor: additions an older reader may ignore. Checkpoints without it (z-lab's paroquant exports,
+# GGUF imports, radiance before versioning) are the 1.x layout.
+FORMAT_VERSION = "1.0"
+FORMAT_KEY = "format_version"
+
+
+def check_format_version(config: dict, where: str) -> None:
+    """Refuse a checkpoint whose format major version this radiance does not read."""
+    raw = config.get(FORMAT_KEY)
+    if raw is None:
+        return
+    major = str(raw).split(".")[0]
+    if not isinstance(raw, str) or not major.isdigit():
+        raise FormatError(f"{where}.{FORMAT_KEY}: {raw!r} is not a version like {FORMAT_VERSION!r}")
+    if major != FORMAT_VERSION.split(".")[0]:
+        raise FormatError(f"{where}.{FORMAT_KEY} is {raw!r}, but this radiance reads format "
+                          f"{FORMAT_VERSION.split('.')[0]}.x: the checkpoint was written by another radiance "
+                          f"release; serve it with a matching radiance or quantize it again with this one")

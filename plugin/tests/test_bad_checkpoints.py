@@ -34,6 +34,7 @@ def _load(tiny, tmp_path, state, quant, **cfg_over):
     ({"group_size": 64}, "quantization_config: paroquant group_size must be 128, got 64"),
     ({"krot": 9}, "quantization_config: paroquant krot must be between 1 and 8, got 9"),
     ({"bits": "4"}, r"quantization_config.bits='4': paroquant needs an integer"),
+    ({"format_version": "2.0"}, r"quantization_config.format_version is '2.0', but this radiance reads format 1.x"),
 ])
 def test_bad_paroquant_config(tiny, tmp_path, vllm_dist, paro_state, override, message):
     with pytest.raises(Exception, match=message):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import re
 from pathlib import Path
 
@@ -48,7 +49,8 @@ def _load(d: Path) -> dict[str, torch.Tensor]:
 def test_paroquant_layout_and_identity(tiny_src, tmp_path, rotation, krot):
     out = quantize_checkpoint(tiny_src, tmp_path / "out", QuantizeOptions("paroquant", rotation, krot, 3), progress=False)
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["quantization_config"] == {"quant_method": "paroquant", "bits": 4, "group_size": 128, "krot": krot}
+    assert cfg["quantization_config"] == {"quant_method": "paroquant", "bits": 4, "group_size": 128, "krot": krot,
+                                          "format_version": "1.0"}
     assert (out / "tokenizer.json").is_file()
     src, q = _load(tiny_src), _load(out)
     for kept in ("model.embed_tokens.weight", "lm_head.weight", "model.norm.weight", "model.layers.0.self_attn.q_proj.bias"):
@@ -80,12 +82,24 @@ def test_random_rotation_is_reproducible_and_seeded(tiny_src, tmp_path):
 def test_pq2_layout(tiny_src, tmp_path):
     out = quantize_checkpoint(tiny_src, tmp_path / "out", QuantizeOptions("pq2"), progress=False)
     assert json.loads((out / "config.json").read_text())["quantization_config"] == {
-        "quant_method": "pq2", "bits": 2, "group_size": 128}
+        "quant_method": "pq2", "bits": 2, "group_size": 128, "format_version": "1.0"}
     q = _load(out)
     t = T.Pq2Tensors.from_state(q, "model.layers.0.mlp.down_proj")
     T.validate(t, "down_proj")
     assert t.qweight.shape == (256, 96) and t.scales.shape == (256, 3)
     assert set(q) >= {"model.layers.0.self_attn.q_proj.bias", "lm_head.weight"}
+
+
+def test_output_carries_sha256sums_that_sha256sum_accepts(tiny_src, tmp_path):
+    out = quantize_checkpoint(tiny_src, tmp_path / "out", QuantizeOptions("pq2"), progress=False)
+    listed = sorted(line.split("  ", 1)[1] for line in (out / "SHA256SUMS").read_text().splitlines())
+    assert listed == sorted(p.name for p in out.iterdir() if p.name != "SHA256SUMS")
+    assert {p.stat().st_mode & 0o777 for p in out.iterdir()} == {0o644}, "a container's non-root user reads these"
+    r = subprocess.run(["sha256sum", "--check", "--strict", "SHA256SUMS"], cwd=out, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (out / "config.json").write_text((out / "config.json").read_text() + " ")
+    r = subprocess.run(["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=out, capture_output=True, text=True)
+    assert r.returncode == 1 and "config.json: FAILED" in r.stdout
 
 
 def test_skip_regex_leaves_module_bf16(tiny_src, tmp_path):

@@ -14,6 +14,9 @@ Variants that reproduce field failures:
     --hold-after-term S    on SIGTERM keep the port bound S seconds before exiting (a slow vLLM
                            shutdown: the next stack must wait for the port, llama-swap #827)
 
+With VLLM_API_KEY in its environment it refuses `/v1/*` without `Authorization: Bearer <key>`
+(401), as vLLM does; /health stays open.
+
 Run: python3 -m radiance.testing.fake_vllm --port 8080 --model demo [--never-ready]
 """
 
@@ -45,7 +48,16 @@ def _handler(args: argparse.Namespace, started: float) -> type[BaseHTTPRequestHa
             self.end_headers()
             self.wfile.write(data)
 
+        def _refused(self) -> bool:
+            key = os.environ.get("VLLM_API_KEY")
+            if key and self.path.startswith("/v1") and self.headers.get("Authorization") != f"Bearer {key}":
+                self._send(401, {"error": "Unauthorized"})
+                return True
+            return False
+
         def do_GET(self):
+            if self._refused():
+                return
             if self.path == "/health":
                 self._send(200 if loaded() else 503, {})
             elif self.path == "/v1/models":
@@ -55,6 +67,8 @@ def _handler(args: argparse.Namespace, started: float) -> type[BaseHTTPRequestHa
 
         def do_POST(self):
             length = int(self.headers.get("Content-Length") or 0)
+            if self._refused():
+                return
             try:
                 req = json.loads(self.rfile.read(length) or b"{}")
             except json.JSONDecodeError:

@@ -6,6 +6,8 @@ Fixtures (session scope):
     radiance_wheel     a wheel of the working tree (radiance, --no-deps), built once per session
     systemd_image      debootstrap base (cached tarball) + radiance's runtime deps copied from this
                        venv; keyed by base and dependency versions, so a second run reuses it
+    quadlet_image      Debian trixie: systemd, podman 5 with Quadlet, radiance's deps from Debian (+ its rootfs
+                       tarball, the image of the containers run inside it)
     podman_client      podman-py client on a private `podman system service` socket
     cpu_image          the radiance CPU image (images/Containerfile.cpu) from the local base
 
@@ -117,6 +119,33 @@ def systemd_image(podman_conf) -> str:
             'CMD ["/sbin/init"]\n')
         podman("build", "--network=none", "-t", ref, str(ctx), timeout=600)
     return ref
+
+
+@pytest.fixture(scope="session")
+def quadlet_image(podman_conf) -> tuple[str, Path]:
+    """(image, rootfs tarball): Debian trixie with systemd, podman 5 (Quadlet) and radiance's
+    dependencies from Debian, plus an empty venv /opt/radiance over the system packages for the
+    radiance wheel. Run it `--privileged` (podman inside podman); the tarball, imported by the podman
+    inside, is the image of the containers its units run (same python, same packages).
+
+    First build ~2.5 min (debootstrap ~2 min, cached as $RADIANCE_HOME/images/base-quadlet-<key>.tar),
+    later ~0 s."""
+    require_tool("debootstrap")
+    from radiance.images import base
+
+    b = base.ensure_base("quadlet", base.QUADLET_PACKAGES, suite=base.QUADLET_SUITE)
+    ref = f"localhost/radiance-quadlet-test:{hashlib.sha256(b.ref.encode()).hexdigest()[:12]}"
+    if podman("image", "exists", ref, check=False).returncode == 0:
+        return ref, b.tarball
+    with tempfile.TemporaryDirectory(prefix="radiance-quadlet-img-") as tmp:
+        (Path(tmp) / "Containerfile").write_text(
+            f"FROM {b.ref}\n"
+            "RUN python3 -m venv --system-site-packages /opt/radiance\n"
+            "RUN systemctl mask systemd-logind.service getty.target console-getty.service\n"
+            'ENV PATH="/opt/radiance/bin:$PATH"\n'
+            'CMD ["/sbin/init"]\n')
+        podman("build", "--network=none", "-t", ref, tmp, timeout=600)
+    return ref, b.tarball
 
 
 @pytest.fixture(scope="session")

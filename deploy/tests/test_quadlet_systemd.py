@@ -1,0 +1,142 @@
+"""A podman stack installed as Quadlet and run by real systemd, with real podman 5 inside.
+
+The box is Debian trixie (fixture quadlet_image: systemd as PID 1, podman 5.4 with Quadlet) run
+`--privileged` so that its podman can run containers. `radiance render --system` writes the
+stack's `.container` where the Quadlet generator reads it; `daemon-reload` generates
+`radiance-q.service`. One test drop-in (Quadlet's `.container.d/`) makes the container's command
+the FAKE vLLM (`radiance/testing/fake_vllm.py`, no vLLM in this box) on the box's network, and
+shortens the health check (2 s interval, 2 misses) so that a hang is seen in seconds; every other
+line is the rendered unit's: ExecStartPost readiness, HealthOnFailure=kill, Restart=on-failure,
+RunInit, DropCapability=all, NoNewPrivileges, user 10001, the API key as credential + podman secret.
+
+Setup: first run ~3 min (trixie debootstrap, cached); later ~25 s (boot, `podman import` of the
+rootfs inside, wheel install). The tests: ~40 s.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+
+from radiance.testing.systemd_box import Box, running_box
+
+pytestmark = pytest.mark.integration
+
+KEY = "sk-quadlet-test-31337"
+PORT = 18090
+INNER_IMAGE = "localhost/radiance-quadlet-inner:test"
+UNIT = "radiance-q.service"
+STACKS = f"""\
+version: 1
+stacks:
+  q:
+    description: a podman stack run by Quadlet (its server is the FAKE vLLM)
+    arch: cpu
+    runtime: podman
+    image: {INNER_IMAGE}
+    model: q-model
+    served_name: q-model
+    quant: paroquant
+    port: {PORT}
+    start_timeout_s: 60
+    api_key_file: keys/q.key
+"""
+FAKE_SERVER = f"""\
+[Container]
+Exec=/opt/radiance/bin/python3 -m radiance.testing.fake_vllm --port {PORT} --model q-model --load-s 1
+Network=host
+Volume=/opt/radiance:/opt/radiance:ro
+Environment=PATH=/opt/radiance/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+HealthCmd=radiance probe ready --url http://127.0.0.1:{PORT} --timeout 2 --model q-model --api-key-env VLLM_API_KEY
+HealthInterval=2s
+HealthRetries=2
+HealthStartPeriod=2s
+
+[Service]
+RestartSec=1
+"""
+SERVER_PROC = "^/opt/radiance/bin/python3 -m radiance.testing.fake_vllm"
+
+
+def _ready(box: Box) -> str:
+    return box.sh(f"radiance probe ready --url http://127.0.0.1:{PORT} --model q-model --timeout 5 "
+                  f"--api-key-file /etc/radiance/keys/q.key", check=False).stdout
+
+
+@pytest.fixture(scope="module")
+def qbox(quadlet_image, radiance_wheel, tmp_path_factory):
+    image, rootfs = quadlet_image
+    storage = tmp_path_factory.mktemp("quadlet-storage")  # the inner podman's store, on the host's disk
+    try:
+        with running_box(image, "--privileged", "--network=none", "-v", f"{storage}:/var/lib/containers",
+                         "-v", f"{rootfs}:/rootfs.tar:ro", "-v", f"{radiance_wheel.parent}:/wheels:ro",
+                         prefix="radiance-quadlet", cgroupns="host") as box:
+            box.sh(f"podman import --quiet /rootfs.tar {INNER_IMAGE}", timeout=300)
+            box.sh(f"/opt/radiance/bin/pip install -q --no-deps --no-index /wheels/{radiance_wheel.name}")
+            box.write("/etc/radiance/stacks.yaml", STACKS)
+            box.write("/etc/radiance/keys/q.key", KEY + "\n")
+            box.sh("chmod 600 /etc/radiance/keys/q.key && mkdir -p /var/lib/radiance/models/q-model")
+            r = box.sh("radiance render --system --out /etc/systemd/system --launcher /opt/radiance/bin/radiance-launch")
+            assert "wrote  /etc/containers/systemd/radiance-q.container" in r.stdout, r.stdout  # auto: podman 5
+            box.write("/etc/containers/systemd/radiance-q.container.d/10-fake-server.conf", FAKE_SERVER)
+            box.sh("systemctl daemon-reload")
+            yield box
+    finally:
+        shutil.rmtree(storage, ignore_errors=True)
+
+
+def test_the_generator_reads_the_rendered_file(qbox):
+    gen = qbox.sh("/usr/libexec/podman/quadlet -dryrun 2>&1").stdout
+    run = next(line for line in gen.splitlines() if line.startswith("ExecStart=/usr/bin/podman run"))
+    for arg in ("--init", "--cap-drop all", "--security-opt=no-new-privileges", "--user 10001:10001",
+                "--health-on-failure kill", "--secret radiance-q-api-key,type=env,target=VLLM_API_KEY",
+                "/var/lib/radiance/models/q-model:/var/lib/radiance/models/q-model:ro,z",
+                "/var/cache/radiance/stacks/q/kernels:/var/cache/radiance/stacks/q/kernels:rw,Z",
+                "--cgroups=split", "--sdnotify=conmon"):
+        assert arg in run, arg
+    assert "radiance.testing.fake_vllm" in run  # the test drop-in was merged
+    st = qbox.show(UNIT, "SourcePath", "FragmentPath", "LoadState", "StartLimitBurst", "RestartPreventExitStatus")
+    assert st["SourcePath"] == "/etc/containers/systemd/radiance-q.container" and st["LoadState"] == "loaded", st
+    assert st["FragmentPath"].startswith("/run/systemd/generator/"), st
+    assert st["StartLimitBurst"] == "3" and st["RestartPreventExitStatus"] == "2", st
+    assert qbox.sh("test -e /etc/systemd/system/radiance-q.service", check=False).returncode == 1
+
+
+def test_started_means_ready_and_the_key_stays_secret(qbox):
+    t = time.monotonic()
+    r = qbox.sh(f"systemctl start {UNIT}", check=False, timeout=150)
+    assert r.returncode == 0, r.stderr + qbox.journal(UNIT, 60)
+    assert qbox.show(UNIT)["ActiveState"] == "active"
+    assert "ready: 'q-model' answered" in _ready(qbox), f"started but not ready (after {time.monotonic() - t:.0f} s)"
+    assert qbox.sh("test -f /var/lib/radiance/state/ready/q.json", check=False).returncode == 0  # ExecStartPost's record
+    no_key = qbox.sh(f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{PORT}/v1/models").stdout
+    assert no_key == "401", "the container's server must have the key (podman secret -> VLLM_API_KEY)"
+    user = qbox.sh(f"ps -o user= -p $(pgrep -f '{SERVER_PROC}')").stdout.strip()
+    assert user == "10001", user
+    for where, cmd in {"systemctl show": f"systemctl show {UNIT}", "ps": "ps -eo args",
+                       "podman inspect": "podman inspect radiance-q", "journal": f"journalctl -u {UNIT} --no-pager",
+                       "unit file": "cat /etc/containers/systemd/radiance-q.container"}.items():
+        assert KEY not in qbox.sh(cmd).stdout, f"the API key shows in {where}"
+
+
+def test_kill_9_is_restarted_and_ready_again(qbox):
+    if qbox.show(UNIT)["ActiveState"] != "active":
+        qbox.sh(f"systemctl start {UNIT}", timeout=150)
+    before = int(qbox.show(UNIT)["NRestarts"])
+    qbox.sh(f"kill -9 $(pgrep -f '{SERVER_PROC}')")
+    st = qbox.wait_unit(UNIT, lambda s: int(s["NRestarts"]) > before and s["ActiveState"] == "active", 90,
+                        what="restart after kill -9")
+    assert st["SubState"] == "running"
+    assert "ready:" in _ready(qbox)
+    assert "status=137" in qbox.journal(UNIT)
+
+
+def test_a_hung_container_is_killed_and_restarted(qbox):
+    qbox.sh(f"systemctl reset-failed {UNIT}; systemctl is-active {UNIT} || systemctl start {UNIT}", timeout=150)
+    before = int(qbox.show(UNIT)["NRestarts"])
+    qbox.sh(f"kill -STOP $(pgrep -f '{SERVER_PROC}')")  # alive, port open, never answers
+    qbox.wait_unit(UNIT, lambda s: int(s["NRestarts"]) > before and s["ActiveState"] == "active", 120,
+                   what="health check -> kill -> restart")
+    assert "ready:" in _ready(qbox)

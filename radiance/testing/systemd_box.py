@@ -1,0 +1,80 @@
+"""A container with systemd as PID 1 (a "box") for tests of units, vllm-switch and Quadlet.
+
+`running_box(image, *podman_args)` starts `/sbin/init` in a podman container, waits until systemd
+is up and yields a `Box`; the container is always removed. Commands go through the podman CLI
+(FACTS.md: the API's exec leaves conmon processes waiting). The box's units are real units run by a
+real systemd: `Box.show` reads their properties, `Box.wait_unit` polls them, `Box.drop_in` adds a
+drop-in and reloads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+from radiance.testing.podman import podman, remove_container
+
+
+class Box:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def sh(self, cmd: str, check: bool = True, timeout: float = 120, env: dict[str, str] | None = None,
+           ) -> subprocess.CompletedProcess:
+        envs = [f"--env={k}={v}" for k, v in (env or {}).items()]
+        r = subprocess.run(["podman", "exec", *envs, self.name, "bash", "-c", cmd], capture_output=True, text=True,
+                           timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"`{cmd}` exited {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
+        return r
+
+    def write(self, path: str, text: str) -> None:
+        self.sh(f"mkdir -p $(dirname {path}) && cat > {path} <<'BOX_EOF'\n{text}BOX_EOF")
+
+    def show(self, unit: str, *props: str) -> dict[str, str]:
+        """The unit's ActiveState, SubState, NRestarts, Result and `props`, as systemd reports them."""
+        props = ("ActiveState", "SubState", "NRestarts", "Result", *props)
+        out = self.sh(f"systemctl show {unit} " + " ".join(f"-p {p}" for p in props)).stdout
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    def wait_unit(self, unit: str, done: Callable[[dict[str, str]], bool], timeout: float, *props: str,
+                  what: str = "") -> dict[str, str]:
+        """Poll the unit's properties (ActiveState, SubState, NRestarts, Result + `props`) until `done`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            st = self.show(unit, *props)
+            if done(st):
+                return st
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{unit}: {what or 'condition'} not reached within {timeout:g}s; last {st}\n"
+                                     f"{self.journal(unit, 40)}")
+            time.sleep(0.5)
+
+    def journal(self, unit: str, lines: int = 200) -> str:
+        return self.sh(f"journalctl -u {unit} -n {lines} --no-pager -o cat", check=False).stdout
+
+    def drop_in(self, unit: str, text: str, name: str = "10-test.conf", base: str = "/etc/systemd/system") -> None:
+        self.write(f"{base}/{unit}.d/{name}", text)
+        self.sh("systemctl daemon-reload")
+
+
+@contextlib.contextmanager
+def running_box(image: str, *podman_args: str, prefix: str = "radiance-box", boot_s: float = 60,
+                cgroupns: str = "private") -> Iterator[Box]:
+    """`cgroupns` private: systemd sees its cgroups where it created them (the Quadlet box, whose
+    podman makes cgroups of its own, needs `host`)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    try:
+        podman("run", "-d", "--name", name, "--systemd=always", f"--cgroupns={cgroupns}", *podman_args, image,
+               "/sbin/init")
+        box = Box(name)
+        deadline = time.monotonic() + boot_s
+        while box.sh("systemctl is-system-running", check=False).stdout.strip() not in ("running", "degraded"):
+            assert time.monotonic() < deadline, f"systemd in {name} did not come up within {boot_s:g} s"
+            time.sleep(0.5)
+        yield box
+    finally:
+        remove_container(name)
