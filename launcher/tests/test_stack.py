@@ -83,7 +83,7 @@ def test_bad_value_lists_allowed_values():
     msg = _err(GOOD.replace("arch: cpu", "arch: sm_61"))
     assert msg.startswith("s.yaml:4: stacks.x.arch:")
     assert "'cpu', 'gfx1201', 'sm_75'" in msg and "(got 'sm_61')" in msg
-    msg = _err(GOOD.replace("quant: paroquant", "quant: awq"))
+    msg = _err(GOOD.replace("quant: paroquant", "quant: gptq"))
     assert "s.yaml:6: stacks.x.quant:" in msg and "'paroquant', 'pq2'" in msg
 
 
