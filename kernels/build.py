@@ -29,7 +29,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from radiance import atomic
-from radiance.kernels.warmup import NO_GPU, LinearSpec, specs_json
+from radiance.kernels.linear_spec import NO_GPU, LinearSpec, specs_json
 
 KERNELS_DIR = Path(__file__).resolve().parent
 MANIFEST = "manifest.json"

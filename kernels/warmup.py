@@ -19,42 +19,24 @@ Triton's integer specializations above it (a multiple of 16 and not), which stan
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from radiance.kernels import ops
 from radiance.kernels.formats.paroquant import GROUP_SIZE
+from radiance.kernels.linear_spec import NO_GPU, LinearSpec  # noqa: F401  (the warm-up's interface)
 
 ALL_M = 1024  # every row count up to here is warmed; the tables choose the same kernels for any M above
 ABOVE_M = (ALL_M + 1, ALL_M + 16)  # Triton specializes integer arguments on divisibility by 16
-NO_GPU = 3  # the warm-up process's exit status when it sees no CUDA device
 
 
 def warm_rows() -> list[int]:
     return list(range(1, ALL_M + 1)) + list(ABOVE_M)
-
-
-@dataclass(frozen=True)
-class LinearSpec:
-    """What decides which kernels a linear runs: method, output columns per distinct rotation
-    (paroquant; one entry otherwise), input features, bias, activation dtype."""
-
-    method: str  # paroquant | pq2 | dense
-    sizes: tuple[int, ...]
-    k: int
-    bias: bool
-    dtype: str  # bfloat16 | float16
-
-    @property
-    def n(self) -> int:
-        return sum(self.sizes)
 
 
 def spec_of(prep: ops.PreparedLinear, bias: torch.Tensor | None, dtype: torch.dtype) -> LinearSpec:
@@ -150,22 +132,6 @@ def main(argv: list[str] | None = None) -> int:
     report = warm_specs(specs, torch.device("cuda", 0))
     args.report.write_text(json.dumps(report) + "\n")
     return 0
-
-
-def specs_json(specs: list[LinearSpec]) -> str:
-    return json.dumps([asdict(s) for s in specs], sort_keys=True)
-
-
-# knobs that change nothing about which kernels run (paths, the eval-mode judge)
-_NOT_KERNEL_KNOBS = ("RADIANCE_HOME", "RADIANCE_KERNEL_DIR", "RADIANCE_PQ_CHECKALL", "RADIANCE_PQ_CHECK_MAX_M",
-                     "RADIANCE_PQ_CHECK_MAX_CALLS")
-
-
-def build_flag(specs: list[LinearSpec], env: dict[str, str]) -> str:
-    """The kernel-build key's part for a warm-up: its specs and the knobs the tables read."""
-    knobs = sorted((k, v) for k, v in env.items() if k.startswith("RADIANCE_") and k not in _NOT_KERNEL_KNOBS)
-    h = hashlib.sha256((specs_json(specs) + json.dumps(knobs)).encode()).hexdigest()[:16]
-    return f"warm={len(specs)}x{h}"
 
 
 if __name__ == "__main__":

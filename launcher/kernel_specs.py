@@ -2,7 +2,7 @@
 
 The launcher's NVIDIA build step warms the kernels for these shapes (kernels/warmup.py) before vLLM
 starts. Read from the safetensors headers (and, for paroquant, the small rotation tensors) of the
-checkpoint; vLLM's merges and tensor-parallel splits of Llama/Qwen-family layers are applied here.
+checkpoint, byte for byte: no torch here, the launcher runs where only radiance is installed; vLLM's merges and tensor-parallel splits of Llama/Qwen-family layers are applied here.
 A shape missed here is not an error: the worker warms its own layers at load and logs what it had
 to compile that the launcher did not.
 """
@@ -13,10 +13,7 @@ import json
 import struct
 from pathlib import Path
 
-import torch
-from safetensors import safe_open
-
-from radiance.kernels.warmup import LinearSpec
+from radiance.kernels.linear_spec import LinearSpec
 
 GROUP = 128
 # vLLM's merged projections (its packed_modules_mapping for Llama/Qwen-family models), in order
@@ -30,14 +27,15 @@ class SpecError(ValueError):
     """The checkpoint cannot be read as the quant method says."""
 
 
-def headers(model_dir: Path) -> dict[str, tuple[Path, list[int]]]:
-    """tensor name -> (shard, shape), from the safetensors headers alone."""
-    out: dict[str, tuple[Path, list[int]]] = {}
+def headers(model_dir: Path) -> dict[str, tuple[Path, list[int], tuple[int, int]]]:
+    """tensor name -> (shard, shape, (first byte, end byte) in the shard), from the safetensors headers."""
+    out: dict[str, tuple[Path, list[int], tuple[int, int]]] = {}
     for shard in sorted(Path(model_dir).glob("*.safetensors")):
         with shard.open("rb") as f:
             (size,) = struct.unpack("<Q", f.read(8))
             meta = json.loads(f.read(size))
-        out.update({k: (shard, v["shape"]) for k, v in meta.items() if k != "__metadata__"})
+        out.update({k: (shard, v["shape"], (8 + size + v["data_offsets"][0], 8 + size + v["data_offsets"][1]))
+                    for k, v in meta.items() if k != "__metadata__"})
     if not out:
         raise SpecError(f"{model_dir}: no *.safetensors weights")
     return out
@@ -59,17 +57,21 @@ def _shape_of(quant: str, shape: list[int]) -> tuple[int, int]:
     return shape[0], shape[1]
 
 
+def _raw(tensors: dict, name: str) -> bytes:
+    shard, _, (start, end) = tensors[name]
+    with shard.open("rb") as f:
+        f.seek(start)
+        return f.read(end - start)
+
+
 def _distinct_runs(model_dir: Path, tensors: dict, modules: list[str], sizes: list[int]) -> tuple[int, ...]:
-    """paroquant: partitions with the same rotation as the one before merge into one run (ops.dedup_rotations)."""
+    """paroquant: partitions with the same rotation as the one before merge into one run (ops.dedup_rotations;
+    equal bytes of one dtype are equal tensors)."""
     runs: list[int] = []
     prev = None
     for mod, size in zip(modules, sizes):
-        rot = []
-        for t in ROTATION:
-            shard, _ = tensors[f"{mod}.{t}"]
-            with safe_open(shard, "pt") as f:
-                rot.append(f.get_tensor(f"{mod}.{t}"))
-        if prev is not None and all(torch.equal(a, b) for a, b in zip(prev, rot)):
+        rot = [_raw(tensors, f"{mod}.{t}") for t in ROTATION]
+        if prev is not None and prev == rot:
             runs[-1] += size
         else:
             runs.append(size)
@@ -85,7 +87,7 @@ def linear_specs(model_dir: Path, quant: str, tp: int, stack_dtype: str = "auto"
     tensors = headers(model_dir)
     key = "qweight"
     kinds: dict[str, tuple[str, tuple[int, int]]] = {}  # module -> (method, (N, K))
-    for name, (_, shape) in tensors.items():
+    for name, (_, shape, _) in tensors.items():
         mod, _, last = name.rpartition(".")
         if mod.rpartition(".")[2] not in LINEAR_NAMES:
             continue

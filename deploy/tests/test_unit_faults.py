@@ -128,7 +128,7 @@ def test_crash_loop_stops_at_the_start_limit(box):
     again = box.show("radiance-crash.service")
     assert again["ActiveState"] == "failed" and again["NRestarts"] == st["NRestarts"], (st, again)
     assert int(st["NRestarts"]) < int(st["StartLimitBurst"]) == 3, st  # bounded: systemd gave up
-    assert "did not register quant method 'paroquant'" in journal  # the launcher's one-line reason
+    assert "radiance-launch: error: vLLM is not installed" in journal  # the launcher's one-line reason
     assert "exited before it was ready" in journal  # the ready probe did not wait out its window
     box.sh("systemctl reset-failed radiance-crash.service")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from radiance.kernels.warmup import LinearSpec
+from radiance.kernels.linear_spec import LinearSpec
 from radiance.launcher.kernel_specs import SpecError, linear_specs
 from radiance.testing import tiny_model as tm
 
