@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 from radiance.kernels.linear_spec import LinearSpec
@@ -79,23 +80,37 @@ def _distinct_runs(model_dir: Path, tensors: dict, modules: list[str], sizes: li
     return tuple(runs)
 
 
-def linear_specs(model_dir: Path, quant: str, tp: int, stack_dtype: str = "auto") -> list[LinearSpec]:
-    """The distinct LinearSpecs of the checkpoint's quantized (and skipped 2-D) linears on one rank."""
+@dataclass(frozen=True)
+class Group:
+    """One linear as vLLM builds it: its checkpoint modules (several where vLLM merges them)."""
+
+    modules: tuple[str, ...]
+    method: str  # the stack's quant method, or dense (a skipped 2-D weight)
+    sizes: tuple[int, ...]  # output columns of each module, full model
+    k: int  # input features, full model
+    row_parallel: bool
+    bias: bool
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(N, K) of the whole model's linear: what a stack's `check_shapes` names."""
+        return sum(self.sizes), self.k
+
+
+def linear_groups(model_dir: Path, quant: str) -> tuple[list[Group], dict]:
+    """The checkpoint's quantized (and skipped 2-D) linears as vLLM merges them, and the tensor headers."""
     model_dir = Path(model_dir)
-    config = json.loads((model_dir / "config.json").read_text())
-    dtype = activation_dtype(config, stack_dtype)
     tensors = headers(model_dir)
-    key = "qweight"
     kinds: dict[str, tuple[str, tuple[int, int]]] = {}  # module -> (method, (N, K))
     for name, (_, shape, _) in tensors.items():
         mod, _, last = name.rpartition(".")
         if mod.rpartition(".")[2] not in LINEAR_NAMES:
             continue
-        if last == key:
+        if last == "qweight":
             kinds[mod] = (quant, _shape_of(quant, shape))
         elif last == "weight" and len(shape) == 2:
             kinds[mod] = ("dense", _shape_of("dense", shape))
-    specs: set[LinearSpec] = set()
+    groups: list[Group] = []
     done: set[str] = set()
     for mod in sorted(kinds):
         if mod in done:
@@ -108,16 +123,26 @@ def linear_specs(model_dir: Path, quant: str, tp: int, stack_dtype: str = "auto"
         methods = {kinds[m][0] for m in group}
         if len(methods) != 1:
             raise SpecError(f"{model_dir}: {', '.join(group)} are merged by vLLM but only some are quantized")
-        method = methods.pop()
-        k = kinds[group[0]][1][1]
-        sizes = [kinds[m][1][0] for m in group]
-        if last in ROW_PARALLEL and tp > 1:
+        groups.append(Group(tuple(group), methods.pop(), tuple(kinds[m][1][0] for m in group), kinds[group[0]][1][1],
+                            last in ROW_PARALLEL, any(f"{m}.bias" in tensors for m in group)))
+    return groups, tensors
+
+
+def linear_specs(model_dir: Path, quant: str, tp: int, stack_dtype: str = "auto") -> list[LinearSpec]:
+    """The distinct LinearSpecs of the checkpoint's quantized (and skipped 2-D) linears on one rank."""
+    model_dir = Path(model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    dtype = activation_dtype(config, stack_dtype)
+    groups, tensors = linear_groups(model_dir, quant)
+    specs: set[LinearSpec] = set()
+    for g in groups:
+        k, sizes = g.k, list(g.sizes)
+        if g.row_parallel and tp > 1:
             k = k // tp if (k // tp) % GROUP == 0 and k % tp == 0 else k  # misaligned: replicated (plugin/layout)
         elif tp > 1:
             sizes = [s // tp for s in sizes]
-        runs = _distinct_runs(model_dir, tensors, group, sizes) if method == "paroquant" else (sum(sizes),)
-        bias = any(f"{m}.bias" in tensors for m in group)
+        runs = _distinct_runs(model_dir, tensors, list(g.modules), sizes) if g.method == "paroquant" else (sum(sizes),)
         # a row-parallel layer adds its bias on rank 0 only: the other ranks call without one
-        for b in {bias, bias and not (last in ROW_PARALLEL and tp > 1)}:
-            specs.add(LinearSpec(method, runs, k, b, dtype))
+        for b in {g.bias, g.bias and not (g.row_parallel and tp > 1)}:
+            specs.add(LinearSpec(g.method, runs, k, b, dtype))
     return sorted(specs, key=lambda s: (s.method, s.sizes, s.k, s.bias))

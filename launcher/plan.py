@@ -20,6 +20,7 @@ from radiance.knobs import KNOBS
 from radiance.launcher.cache_key import Versions, cache_key, detect_versions
 from radiance.launcher.locations import StackPaths, stack_paths
 from radiance.launcher.mounts import Mount, container_mounts
+from radiance.launcher import plan_checks
 from radiance.launcher.stack import CHECKPOINT_METHOD, MODES, PLUGIN_METHODS, Stack, StackFile, StackFileError
 from radiance.launcher.template import TemplateError, check_template
 
@@ -161,6 +162,16 @@ def resolve_plan(sf: StackFile, name: str, mode: str, environ: Mapping[str, str]
 
     sp: StackPaths = stack_paths(sf, stack, environ)
     _check_model(sf, stack, sp.model, ("model",), stack.quant)
+    max_num_seqs = _pick(ov.max_num_seqs, stack.max_num_seqs, 0) or None
+    plugin = stack.quant in PLUGIN_METHODS
+    problem = plan_checks.decode_band(stack.arch, plugin, spec, max_num_seqs, env)
+    if problem:
+        raise sf.error(f"{mode} mode: {problem}", "stacks", name, "max_num_seqs")
+    gated = env.get("RADIANCE_PQ_CHECKALL")
+    if gated and plugin and (problem := plan_checks.gated_shapes(gated, sp.model, stack.quant)):
+        if environ.get("RADIANCE_PQ_CHECKALL"):
+            raise PlanError(f"RADIANCE_PQ_CHECKALL: {problem}")
+        raise sf.error(problem, "stacks", name, "check_shapes")
     drafter_model = sp.drafter if spec else None
     if drafter_model is not None:
         _check_model(sf, stack, drafter_model, ("drafter", "model"), None)
@@ -196,7 +207,7 @@ def resolve_plan(sf: StackFile, name: str, mode: str, environ: Mapping[str, str]
         drafter_model=drafter_model,
         drafter_options=tuple(sorted(stack.drafter.options.items())) if spec and stack.drafter else (),
         chat_template=sp.chat_template,
-        max_num_seqs=_pick(ov.max_num_seqs, stack.max_num_seqs, 0) or None,
+        max_num_seqs=max_num_seqs,
         gpu_memory_utilization=_pick(ov.gpu_memory_utilization, stack.gpu_memory_utilization, 0.0) or None,
         env=tuple(sorted(env.items())), extra_args=tuple(stack.extra_args) + tuple(ov.extra_args),
         cache_key=key, compile_dir=compile_dir, kernel_cache=kernel_cache,

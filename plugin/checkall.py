@@ -1,9 +1,10 @@
 """RADIANCE_PQ_CHECKALL: compare each gated call against the exact fp32 dequant reference.
 
-Eval only (the launcher's eval mode runs eager). For a layer whose (N, K) as the kernel sees it is
-listed, every call (up to RADIANCE_PQ_CHECK_MAX_CALLS per layer) logs
-`CHECKALL <layer> ... rel=<|y - round(y_ref)| / |y_ref|> rel_fp32=<|y - y_ref| / |y_ref|>` over its
-first RADIANCE_PQ_CHECK_MAX_M rows. `rel` measures the kernel against the exact result rounded to
+Eval only (the launcher's eval mode runs eager). For a layer whose (N, K) in the whole model is
+listed (vLLM's merged projections as one; under tensor parallelism every rank checks its slice, so
+the shapes a user writes do not depend on TP), every call (up to RADIANCE_PQ_CHECK_MAX_CALLS per
+layer) logs `CHECKALL <layer> ... rel=<|y - round(y_ref)| / |y_ref|> rel_fp32=<|y - y_ref| / |y_ref|>
+call=<checked so far> [rank=<r>/<tp> slice=<N>:<K>]` over its first RADIANCE_PQ_CHECK_MAX_M rows. `rel` measures the kernel against the exact result rounded to
 the kernel's output dtype (0 for the CPU path, which is exact); `rel_fp32` adds that rounding
 (~1.6e-3 for bf16 outputs). The reference dequantizes the raw checkpoint tensors in chunks of
 `CHUNK` output columns (never a full code matrix: the seed's int64 version OOM'd a worker), per
@@ -64,10 +65,13 @@ def pq2_exact(layer, lay: Layout, x: torch.Tensor, bias: torch.Tensor | None) ->
     return out if bias is None else out + bias.float()
 
 
-def checker(layer, lay: Layout, method: str, exact: Callable, n: int, k: int):
-    """A hook for custom_op (called with the kernel's x, y, bias), or None when (n, k) is not gated."""
+def checker(layer, lay: Layout, method: str, exact: Callable, n_rank: int, k_rank: int):
+    """A hook for custom_op (called with the kernel's x, y, bias), or None when the layer's full-model
+    shape is not gated. (n_rank, k_rank): what this rank's kernel computes."""
+    n, k = sum(lay.disk_n), lay.disk_k
     if (n, k) not in gated_shapes():
         return None
+    where = f" rank={lay.tp_rank}/{lay.tp_size} slice={n_rank}:{k_rank}" if lay.tp_size > 1 else ""
     max_m = knob_int("RADIANCE_PQ_CHECK_MAX_M")
     max_calls = knob_int("RADIANCE_PQ_CHECK_MAX_CALLS") if knob("RADIANCE_PQ_CHECK_MAX_CALLS") else None
     done = [0]
@@ -86,6 +90,6 @@ def checker(layer, lay: Layout, method: str, exact: Callable, n: int, k: int):
         norm = ref.norm().clamp_min(1e-30)
         rel = float((got - ref.to(y.dtype).float()).norm() / norm)
         rel_fp32 = float((got - ref).norm() / norm)
-        log.info("%s rel=%.3e rel_fp32=%.3e", head, rel, rel_fp32)
+        log.info("%s rel=%.3e rel_fp32=%.3e call=%d%s", head, rel, rel_fp32, done[0], where)
 
     return check

@@ -42,7 +42,7 @@ KNOBS: dict[str, Knob] = {
         Knob("RADIANCE_CPU_WEIGHTS", "folded", False,
              "CPU path: `folded` runs each linear as one GEMM in the activations' dtype (vLLM's own CPU GEMM), paroquant's rotation and channel scales folded into the dequantized weight at load (pq2: its int8 activation quantization, then a GEMM on the dequantized ternary weight); `int4` keeps paroquant's codes in 4 bits for vLLM's CPU int4 GEMM and rotates the activations per call (a quarter of the weight memory; pq2 runs folded); both are the reference's numbers up to rounding. `fp32` / `int8` run the exact reference itself, bit for bit (the dequantized weight cached in fp32, or the int8 codes rebuilt per call)."),
         Knob("RADIANCE_PQ_DECODE_MAX_M", "64", False,
-             "Top of the decode (split-K GEMV) band. Must cover `max_num_seqs x (SPEC+1)` rows."),
+             "Top of the decode (split-K GEMV) band. Must cover `max_num_seqs x (SPEC+1)` rows (a verify batch; the launcher refuses a GPU stack whose batches do not fit); at most 64 on gfx1201, whose decode kernel takes no more."),
         Knob("RADIANCE_PQ2_KERNELS", "tuned", False,
              "Ternary kernel set: `tuned` (fastest), `exact` (only paths bit-identical to legacy), `legacy` (simplest correct kernels)."),
         Knob("RADIANCE_PQ2_M1", None, False,

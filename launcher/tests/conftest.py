@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from radiance.testing.shape_only import layer_shapes, write_headers
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "stacks.example.yaml"
 
-# Checkpoint dirs the example stack file names, with the quant method each declares. Only
-# config.json is written: the plan checks it; the dry-run never reads the weights.
+# Checkpoint dirs the example stack file names, with the quant method each declares. config.json
+# and a shape-only weights header are written: the plan reads them; the dry-run never reads weights.
 EXAMPLE_MODELS = {
     "qwen2.5-coder-0.5b/paroquant-random-k8-s0": "paroquant",
     "Qwen3.8-27B-PARO": "paroquant",
@@ -28,6 +30,8 @@ def write_model(models: Path, rel: str, quant: str | None) -> Path:
     if quant:
         cfg["quantization_config"] = {"quant_method": quant, "bits": 4 if quant != "pq2" else 2, "group_size": 128}
     (d / "config.json").write_text(json.dumps(cfg, sort_keys=True))
+    # one layer of the 27B widths (Qwen2 names): what the example's check_shapes name
+    write_headers(d / "model.safetensors", layer_shapes(quant or "none", 5120, 5120, 1024, 17408))
     return d
 
 

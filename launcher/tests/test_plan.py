@@ -13,6 +13,7 @@ from radiance.launcher.cli import app
 from radiance.launcher.plan import MODE_DEFAULTS, PlanError, resolve_plan
 from radiance.launcher.stack import StackFileError, load_stacks, parse_stacks
 from radiance.launcher.template import TemplateError
+from radiance.testing.shape_only import layer_shapes, write_headers
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "stacks.example.yaml"
 V = Versions("0.32.0", "2.13.0+cpu", "3.9.0", "0.1.0")
@@ -45,6 +46,8 @@ def _model(home: Path, rel: str = "m", quant: str | None = "paroquant") -> Path:
     if quant:
         cfg["quantization_config"] = {"quant_method": quant}
     (d / "config.json").write_text(json.dumps(cfg))
+    # the small Qwen's widths: its merged qkv_proj is the 1152:896 that SMALL gates
+    write_headers(d / "model.safetensors", layer_shapes(quant or "none", 896, 896, 128, 4864))
     return d
 
 
@@ -94,6 +97,49 @@ def test_checkall_needs_eager(launch_home):
     _model(launch_home)
     with pytest.raises(PlanError, match="RADIANCE_PQ_CHECKALL is set but stack 's' runs compiled graphs in prod"):
         _plan(launch_home, mode="prod", env={"RADIANCE_PQ_CHECKALL": "1:1"})
+
+
+GPU_SPEC = """\
+stacks:
+  g:
+    arch: {arch}
+    model: m
+    quant: paroquant
+    port: 9000
+    drafter: {{method: ngram}}
+    spec: 7
+{devices}{seqs}"""
+
+
+def test_verify_batches_must_fit_the_decode_band(launch_home):
+    _model(launch_home)
+    def plan(arch, seqs, env=None):
+        devices = "" if arch == "cpu" else "    devices: [0]\n"
+        return _plan(launch_home, GPU_SPEC.format(arch=arch, seqs=seqs, devices=devices), "prod", env, name="g")
+
+    assert plan("sm_86", "    max_num_seqs: 8\n").max_num_seqs == 8  # 8 x (7 + 1) = 64 rows: the default top
+    with pytest.raises(StackFileError, match=r"stacks.g.max_num_seqs: prod mode: max_num_seqs=16 x \(spec=7 \+ 1\) = 128 "
+                                             r"rows .* above RADIANCE_PQ_DECODE_MAX_M=64.* lower max_num_seqs to 8"):
+        plan("sm_86", "    max_num_seqs: 16\n")
+    assert plan("sm_86", "    max_num_seqs: 16\n", {"RADIANCE_PQ_DECODE_MAX_M": "128"}).spec == 7
+    with pytest.raises(StackFileError, match=r"RADIANCE_PQ_DECODE_MAX_M=128, but the gfx1201 decode kernel takes at most 64"):
+        plan("gfx1201", "    max_num_seqs: 8\n", {"RADIANCE_PQ_DECODE_MAX_M": "128"})
+    with pytest.raises(StackFileError, match=r"spec=7 needs `max_num_seqs`: vLLM's default of 256"):
+        plan("sm_86", "")
+    assert plan("sm_86", "", {"RADIANCE_SPEC": "0"}).spec == 0  # no verify batches: nothing to fit
+    assert plan("cpu", "").spec == 7  # CPU: one path, no band
+
+
+def test_check_shapes_name_full_model_linears_at_any_tp(launch_home):
+    _model(launch_home)
+    assert _plan(launch_home).env_map["RADIANCE_PQ_CHECKALL"] == "1152:896"  # qkv_proj, merged
+    tp2 = SMALL.replace('check_shapes: ["1152:896"]', 'check_shapes: ["896:4864", "9728:896"]\n    tp: 2')
+    assert _plan(launch_home, tp2).tp == 2  # down_proj and gate_up_proj as the model has them, not a rank's slice
+    with pytest.raises(StackFileError, match=r"stacks.s.check_shapes: 576:896 match no paroquant linear of .* "
+                                             r"\(full-model N:K.*1152:896"):
+        _plan(launch_home, SMALL.replace("1152:896", "576:896"))
+    with pytest.raises(PlanError, match=r"RADIANCE_PQ_CHECKALL: 5:5 match no paroquant linear"):
+        _plan(launch_home, env={"RADIANCE_PQ_CHECKALL": "5:5"})
 
 
 def test_missing_model_dir_names_file_line_key_and_path(launch_home):

