@@ -27,6 +27,7 @@ import torch
 
 from radiance.kernels import reference
 from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors
+from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
 from radiance.kernels.formats.pq2 import Pq2Tensors
 
 WEIGHT = "folded"  # prep.data key of the fp32 folded weight until the first call casts it
@@ -34,7 +35,17 @@ WEIGHT = "folded"  # prep.data key of the fp32 folded weight until the first cal
 
 def prepare_paroquant(prep, t: ParoTensors) -> None:
     """prep: an ops.PreparedLinear with its rotations and runs set; t: the merged tensors."""
-    w = reference.dequant_paroquant(t.qweight, t.qzeros, t.scales)  # fp32 [N, K]
+    fold_rotations(prep, reference.dequant_paroquant(t.qweight, t.qzeros, t.scales))
+
+
+def prepare_mxfp4(prep, t: Mxfp4Tensors) -> None:
+    """paroquant_mxfp4: the same folding on the MXFP4 weight (its e2m1 codes take no int4 GEMM, so
+    RADIANCE_CPU_WEIGHTS=int4 runs folded too)."""
+    fold_rotations(prep, reference.dequant_mxfp4(t.weight, t.weight_scale))
+
+
+def fold_rotations(prep, w: torch.Tensor) -> None:
+    """W'_g = (W_g M_g^T) * cs_g per run's rotation, in place on the dequantized fp32 W [N, K]."""
     groups = prep.in_features // GROUP_SIZE
     for run in prep.runs:
         rot = prep.rotations[run.rotation]

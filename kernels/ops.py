@@ -19,10 +19,11 @@ import torch
 
 from radiance.kernels import cpu_folded, reference
 from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors, unpack_awq
+from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
 from radiance.kernels.formats.pq2 import Pq2Tensors, unpack_ternary
 from radiance.knobs import knob, knob_int
 
-METHODS = ("paroquant", "pq2", "dense")
+METHODS = ("paroquant", "paroquant_mxfp4", "pq2", "dense")
 BANDS = ("decode", "prefill")
 KERNEL_SETS = ("tuned", "exact", "legacy")
 
@@ -164,17 +165,37 @@ def prepare_paroquant(
     """qweight/qzeros/scales concatenated along N over the partitions; one (pairs, theta,
     channel_scales) per partition. Identical adjacent rotations are merged. `platform`: the
     tensors' device's unless given (the offline compile check prepares CPU tensors for a GPU)."""
+    prep, first = _rotated("paroquant", int(scales.shape[1]), int(qweight.shape[0]), qweight.device, rotations,
+                           partition_sizes, platform)
+    _prepare_for(prep)(prep, ParoTensors(qweight, qzeros, scales, *first))
+    return prep
+
+
+def prepare_paroquant_mxfp4(
+    weight: torch.Tensor, weight_scale: torch.Tensor,
+    rotations: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], partition_sizes: list[int],
+    platform: str | None = None,
+) -> PreparedLinear:
+    """weight [N, K/2] / weight_scale [N, K/32] concatenated along N over the partitions; rotations as
+    prepare_paroquant's."""
+    prep, first = _rotated("paroquant_mxfp4", int(weight.shape[0]), int(weight.shape[1]) * 2, weight.device,
+                           rotations, partition_sizes, platform)
+    _prepare_for(prep)(prep, Mxfp4Tensors(weight, weight_scale, *first))
+    return prep
+
+
+def _rotated(method: str, n: int, k: int, device: torch.device, rotations: list, partition_sizes: list[int],
+             platform: str | None) -> tuple[PreparedLinear, tuple]:
+    """A rotated method's PreparedLinear with its distinct rotations and runs; -> (prep, first rotation)."""
     distinct, runs = dedup_rotations(rotations, partition_sizes)
-    k, n = int(qweight.shape[0]), int(scales.shape[1])
     prep = PreparedLinear(
-        method="paroquant", platform=platform or platform_of(qweight.device), in_features=k, out_features=n,
-        runs=runs, decode_max_m=knob_int("RADIANCE_PQ_DECODE_MAX_M"), kernel_set=kernel_set("paroquant"),
+        method=method, platform=platform or platform_of(device), in_features=k, out_features=n,
+        runs=runs, decode_max_m=knob_int("RADIANCE_PQ_DECODE_MAX_M"), kernel_set=kernel_set(method),
     )
     for pairs, theta, cs in distinct:
         plan = reference.rotation_plan(pairs, theta, GROUP_SIZE, torch.float32)
         prep.rotations.append(Rotation(pairs, theta, cs, plan))
-    _prepare_for(prep)(prep, ParoTensors(qweight, qzeros, scales, *distinct[0]))
-    return prep
+    return prep, distinct[0]
 
 
 def prepare_pq2(qweight: torch.Tensor, scales: torch.Tensor, platform: str | None = None) -> PreparedLinear:
@@ -230,6 +251,13 @@ def _paroquant_cpu_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
     if _cpu_weights() == "fp32":
         prep.data["w"] = _paroquant_weight_cpu(prep, 0, prep.out_features)
         del prep.data["qz"], prep.data["s"]
+
+
+def _mxfp4_cpu_prepare(prep: PreparedLinear, t: Mxfp4Tensors) -> None:
+    if _cpu_weights() in ("folded", "int4"):
+        return cpu_folded.prepare_mxfp4(prep, t)
+    # exact: the fp32 dequantized weight (int8 too: e2m1 x e8m0 has no integer form to rebuild from)
+    prep.data["w"] = reference.dequant_mxfp4(t.weight, t.weight_scale)
 
 
 def _paroquant_weight_cpu(prep: PreparedLinear, n0: int, n1: int) -> torch.Tensor:
@@ -373,10 +401,13 @@ PREPARE: dict[tuple[str, str], Callable] = {
     ("paroquant", "cuda"): _paroquant_cuda_prepare,
     ("paroquant", "cpu"): _paroquant_cpu_prepare,
     ("pq2", "cpu"): _pq2_cpu_prepare,
+    ("paroquant_mxfp4", "cpu"): _mxfp4_cpu_prepare,
     ("dense", "cpu"): _dense_cpu_prepare,
 }
 
-_CPU_ROWS: dict[str, KernelFn] = {"paroquant": _paroquant_cpu, "pq2": _pq2_cpu, "dense": _dense_cpu}
+# paroquant_mxfp4 runs paroquant's CPU forward: the same rotations before a dequantized weight
+_CPU_ROWS: dict[str, KernelFn] = {"paroquant": _paroquant_cpu, "paroquant_mxfp4": _paroquant_cpu, "pq2": _pq2_cpu,
+                                  "dense": _dense_cpu}
 
 # (method, platform, band, kernel set) -> kernel. GPU rows go here, one line each.
 DISPATCH: dict[tuple[str, str, str, str], KernelFn] = {

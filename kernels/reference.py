@@ -19,6 +19,10 @@ A layer's 64 pairs partition its group, so the pairs of one layer commute and ar
 To quantize a dense W so that the identity holds, quantize `rotate(W / channel_scales)` row-wise
 (the same forward sweep applied to the rows of W with the scales inverted).
 
+paroquant_mxfp4: the same rotation, the weight on an MXFP4 grid (kernels/formats/paroquant_mxfp4.py)::
+
+    y = ((x * channel_scales) R^T) W^T,  W[n, k] = E2M1[code[n, k]] * 2^(e8m0[n, k/32] - 127)
+
 pq2 (ternary)::
 
     y[m, n] = sum_g a[m, g] * d[n, g] * (dot(codes[n, g, :], q[m, g, :]) - sum(q[m, g, :]))
@@ -38,6 +42,7 @@ from dataclasses import dataclass
 import torch
 
 from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors, unpack_awq
+from radiance.kernels.formats.paroquant_mxfp4 import BLOCK, E2M1, E8M0_BIAS, Mxfp4Tensors, unpack_e2m1
 from radiance.kernels.formats.pq2 import Pq2Tensors, unpack_ternary
 
 INT8_MAX = 127.0
@@ -148,6 +153,32 @@ def paroquant_linear(
     xr = fake_quant(xr, act, group_size)
     w = dequant_paroquant(t.qweight, t.qzeros, t.scales, group_size, dt)
     y = xr @ w.t()
+    if bias is not None:
+        y = y + bias.to(dt)
+    return y.to(x.dtype)
+
+
+# ----------------------------------------------------------------------------- paroquant_mxfp4
+def e2m1_values(dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    """The 16 e2m1 codes' values: magnitudes E2M1, bit 3 the sign."""
+    mag = torch.tensor(E2M1, dtype=dtype, device=device)
+    return torch.cat((mag, -mag))
+
+
+def dequant_mxfp4(weight: torch.Tensor, weight_scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """MXFP4 -> dense W [N, K] in `dtype`: e2m1 value x 2^(e8m0 - 127) per 32 along K (exact in fp32)."""
+    codes = unpack_e2m1(weight).to(torch.int64)
+    n, k = codes.shape
+    vals = e2m1_values(dtype, weight.device)[codes].view(n, k // BLOCK, BLOCK)
+    scale = torch.exp2(weight_scale.to(dtype) - E8M0_BIAS).unsqueeze(-1)
+    return (vals * scale).view(n, k)
+
+
+def paroquant_mxfp4_linear(x: torch.Tensor, t: Mxfp4Tensors, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y = ((x * cs) R^T) dequant_mxfp4(W)^T + bias."""
+    dt = compute_dtype(x.dtype)
+    xr = rotate(x, t.pairs, t.theta, t.channel_scales)
+    y = xr @ dequant_mxfp4(t.weight, t.weight_scale, dt).t()
     if bias is not None:
         y = y + bias.to(dt)
     return y.to(x.dtype)

@@ -55,6 +55,8 @@ def _shape_of(quant: str, shape: list[int]) -> tuple[int, int]:
         return shape[1] * 8, shape[0]  # [K, N/8] int32
     if quant == "pq2":
         return shape[0], shape[1] * 4  # [N, K/4] uint8
+    if quant == "paroquant_mxfp4":
+        return shape[0], shape[1] * 2  # [N, K/2] uint8
     return shape[0], shape[1]
 
 
@@ -106,7 +108,7 @@ def linear_groups(model_dir: Path, quant: str) -> tuple[list[Group], dict]:
         mod, _, last = name.rpartition(".")
         if mod.rpartition(".")[2] not in LINEAR_NAMES:
             continue
-        if last == "qweight":
+        if last == "qweight" or (last == "weight" and f"{mod}.weight_scale" in tensors):  # mxfp4: weight is codes
             kinds[mod] = (quant, _shape_of(quant, shape))
         elif last == "weight" and len(shape) == 2:
             kinds[mod] = ("dense", _shape_of("dense", shape))
@@ -141,7 +143,8 @@ def linear_specs(model_dir: Path, quant: str, tp: int, stack_dtype: str = "auto"
             k = k // tp if (k // tp) % GROUP == 0 and k % tp == 0 else k  # misaligned: replicated (plugin/layout)
         elif tp > 1:
             sizes = [s // tp for s in sizes]
-        runs = _distinct_runs(model_dir, tensors, list(g.modules), sizes) if g.method == "paroquant" else (sum(sizes),)
+        rotated = g.method in ("paroquant", "paroquant_mxfp4")
+        runs = _distinct_runs(model_dir, tensors, list(g.modules), sizes) if rotated else (sum(sizes),)
         # a row-parallel layer adds its bias on rank 0 only: the other ranks call without one
         for b in {g.bias, g.bias and not (g.row_parallel and tp > 1)}:
             specs.add(LinearSpec(g.method, runs, k, b, dtype))

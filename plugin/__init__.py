@@ -1,4 +1,4 @@
-"""radiance's vLLM plugin: quantization methods `paroquant` and `pq2`.
+"""radiance's vLLM plugin: quantization methods `paroquant`, `paroquant_mxfp4` and `pq2`.
 
 `register` is the `vllm.general_plugins` entry point. vLLM runs it in every process (API server,
 engine core, each TP worker). vLLM only logs a plugin whose *import* fails, so this module imports
@@ -23,7 +23,7 @@ def register() -> None:
     except Exception as exc:
         raise RuntimeError(
             f"radiance vLLM plugin failed to register ({type(exc).__name__}: {exc}); "
-            "paroquant/pq2 checkpoints cannot be served. Check that vllm and radiance versions match."
+            "paroquant/paroquant_mxfp4/pq2 checkpoints cannot be served. Check that vllm and radiance versions match."
         ) from exc
     _registered = True
 

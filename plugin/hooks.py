@@ -27,10 +27,11 @@ def register_all() -> None:
     check_vllm()  # a vLLM outside the tested range fails here, naming both versions
     from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS, get_quantization_config
 
-    from radiance.plugin import custom_op, paroquant, pq2
+    from radiance.plugin import custom_op, paroquant, paroquant_mxfp4, pq2
 
     custom_op.register_op()
-    for name, cls in (("paroquant", paroquant.ParoQuantConfig), ("pq2", pq2.Pq2Config)):
+    for name, cls in (("paroquant", paroquant.ParoQuantConfig), ("pq2", pq2.Pq2Config),
+                      ("paroquant_mxfp4", paroquant_mxfp4.ParoQuantMxfp4Config)):
         if name not in QUANTIZATION_METHODS or get_quantization_config(name) is not cls:
             raise RuntimeError(f"quantization method {name!r} did not register with vLLM")
-    log.debug("registered quantization methods paroquant, pq2")
+    log.debug("registered quantization methods paroquant, pq2, paroquant_mxfp4")

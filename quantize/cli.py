@@ -37,7 +37,7 @@ def fetch_model_cmd(
 def quantize_cmd(
     src: Annotated[Path, typer.Argument(help="HF bf16/fp16 checkpoint directory (Llama/Qwen family).")],
     out: Annotated[Path, typer.Argument(help="Output directory (replaced atomically).")],
-    format: Annotated[str, typer.Option("--format", help="paroquant (int4 + rotations) or pq2 (ternary).")],
+    format: Annotated[str, typer.Option("--format", help="paroquant (int4 + rotations), paroquant_mxfp4 (MXFP4 + rotations) or pq2 (ternary).")],
     rotation: Annotated[str, typer.Option("--rotation", help="paroquant rotations: identity, random or learned (ParoQuant's optimizer).")] = "random",
     krot: Annotated[int, typer.Option("--krot", help="paroquant rotation layers, 1..8.")] = 8,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random rotations.")] = 0,
@@ -48,8 +48,10 @@ def quantize_cmd(
     seq_len: Annotated[int | None, typer.Option("--seq-len", help="learned: tokens per window (default 512).")] = None,
     epochs: Annotated[int | None, typer.Option("--epochs", help="learned: epochs of each of the two stages (default 10).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="learned: continue after the last layer a killed run finished.")] = False,
+    rotations_from: Annotated[Path | None, typer.Option("--rotations-from", help="paroquant_mxfp4: copy the rotations of this paroquant checkpoint (e.g. a learned one) of the same model.")] = None,
 ) -> None:
-    """Quantize SRC into OUT as paroquant (int4 per 128-group, RTN or learned rotations) or pq2 (ternary)."""
+    """Quantize SRC into OUT as paroquant (int4 per 128-group, RTN or learned rotations), paroquant_mxfp4
+    (MXFP4 under the same rotations) or pq2 (ternary)."""
     from radiance.kernels.formats import FormatError
     from radiance.quantize.calibration import CalibrationError
     from radiance.quantize.convert import QuantizeError, QuantizeOptions, quantize_checkpoint
@@ -58,7 +60,7 @@ def quantize_cmd(
     given = {k: v for k, v in (("calib", calib and str(calib)), ("samples", samples), ("seq_len", seq_len),
                                ("epochs", epochs), ("resume", resume or None)) if v is not None}
     learned = LearnedOptions(**given) if given or rotation == "learned" else None
-    opts = QuantizeOptions(format, rotation, krot, seed, tuple(skip or ()), device, learned)
+    opts = QuantizeOptions(format, rotation, krot, seed, tuple(skip or ()), device, learned, rotations_from)
     try:
         typer.echo(quantize_checkpoint(src, out, opts))
     except (QuantizeError, FormatError, CalibrationError) as e:

@@ -1,4 +1,4 @@
-"""`radiance quantize`: an HF bf16/fp16 Llama/Qwen-family checkpoint -> paroquant or pq2.
+"""`radiance quantize`: an HF bf16/fp16 Llama/Qwen-family checkpoint -> paroquant, paroquant_mxfp4 or pq2.
 
 Every 2-D `<prefix>.weight` whose module name matches no skip regex is quantized per nn.Linear
 (q/k/v/o/gate/up/down separately; vLLM merges them at load). Everything else (embeddings,
@@ -11,6 +11,9 @@ paroquant: asymmetric int4 RTN per 128-group of rotate(W / cs), so that
   [-pi, pi), channel_scales log-uniform in [2^-1/4, 2^1/4] (so a path that drops the scales shows
   up in the quality numbers). Seeded per linear from (seed, module name): reproducible.
 - learned: ParoQuant's layer-wise optimizer on calibration text (quantize/learned.py).
+paroquant_mxfp4: OCP MXFP4 RTN (quantize/rtn.mxfp4_ocp) of rotate(W / cs), the rotations as above
+or, with `--rotations-from`, copied from a paroquant checkpoint of the same model (a learned one:
+the rotations that tame int4's per-group outliers do the same for e2m1).
 pq2: ternary codes with an absmean scale per 128 weights.
 """
 
@@ -33,13 +36,14 @@ from radiance import atomic
 from radiance.checksums import write_manifest
 from radiance.kernels.formats import FORMAT_KEY, FORMAT_VERSION
 from radiance.kernels.formats import paroquant as paro_fmt
+from radiance.kernels.formats import paroquant_mxfp4 as mx_fmt
 from radiance.kernels.formats import pq2 as pq2_fmt
 from radiance.progress import bar as progress_bar
 from radiance.quantize import rtn
 from radiance.quantize.learned_options import LearnedOptions, LearnedOptionsError
 
 DEFAULT_SKIP = (r"(^|\.)embed_tokens$", r"(^|\.)lm_head$", r"norm", r"(^|\.)visual\.")
-FORMATS = ("paroquant", "pq2")
+FORMATS = ("paroquant", "pq2", "paroquant_mxfp4")
 ROTATIONS = ("identity", "random", "learned")
 MAX_KROT = paro_fmt.MAX_KROT
 # bump when the quantizer's output for the same options changes (cached variants are rebuilt)
@@ -61,6 +65,7 @@ class QuantizeOptions:
     # where the math runs; the codes are the same up to float rounding order, so it is not recorded
     device: str = field(default="cpu", compare=False)
     learned: LearnedOptions | None = None  # the optimizer's settings, with --rotation learned only
+    rotations_from: Path | None = None  # paroquant_mxfp4: a paroquant checkpoint whose rotations are copied
 
     def check(self) -> None:
         if self.format not in FORMATS:
@@ -73,9 +78,13 @@ class QuantizeOptions:
             raise QuantizeError(f"--device {self.device!r}: use cpu or cuda")
         if self.device != "cpu" and not torch.cuda.is_available():
             raise QuantizeError(f"--device {self.device}: no CUDA GPU is visible here; use --device cpu")
+        if self.rotations_from is not None:
+            self._check_donor()
         if self.rotation == "learned":
             if self.format != "paroquant":
-                raise QuantizeError("--rotation learned applies to --format paroquant only")
+                raise QuantizeError("--rotation learned applies to --format paroquant only"
+                                    + ("; for paroquant_mxfp4, learn a paroquant checkpoint and pass it as "
+                                       "--rotations-from" if self.format == "paroquant_mxfp4" else ""))
             self.learned = self.learned or LearnedOptions()
             try:
                 self.learned.check()
@@ -89,8 +98,24 @@ class QuantizeOptions:
             except re.error as e:
                 raise QuantizeError(f"--skip {rx!r} is not a valid regex: {e}") from None
 
+    def _check_donor(self) -> None:
+        if self.format != "paroquant_mxfp4":
+            raise QuantizeError(f"--rotations-from applies to --format paroquant_mxfp4 only (got {self.format})")
+        cfg = Path(self.rotations_from) / "config.json"
+        try:
+            method = json.loads(cfg.read_text()).get("quantization_config", {}).get("quant_method")
+        except (OSError, ValueError) as e:
+            raise QuantizeError(f"--rotations-from {self.rotations_from}: cannot read {cfg}: {e}") from None
+        if method != "paroquant":
+            raise QuantizeError(f"--rotations-from {self.rotations_from}: quantized as {method!r}, not paroquant "
+                                "(the rotations come from a paroquant checkpoint of the same model)")
+
     def record(self) -> dict:
         rec = {**asdict(self), "skip": list(self.skip)}
+        if self.rotations_from is None:
+            del rec["rotations_from"]
+        else:
+            rec["rotations_from"] = str(Path(self.rotations_from).resolve())
         del rec["device"]
         if self.learned is None:
             del rec["learned"]
@@ -101,6 +126,8 @@ class QuantizeOptions:
     def quantization_config(self) -> dict:
         if self.format == "pq2":
             cfg = {"quant_method": "pq2", "bits": 2, "group_size": pq2_fmt.GROUP_SIZE}
+        elif self.format == "paroquant_mxfp4":
+            cfg = {"quant_method": "paroquant_mxfp4", "bits": 4, "group_size": mx_fmt.BLOCK, "krot": self.krot}
         else:
             cfg = {"quant_method": "paroquant", "bits": 4, "group_size": paro_fmt.GROUP_SIZE, "krot": self.krot}
         cfg[FORMAT_KEY] = FORMAT_VERSION  # the plugin refuses a major version it does not read
@@ -143,6 +170,23 @@ def _quantize_linear(prefix: str, w: torch.Tensor, opts: QuantizeOptions) -> dic
         return t.to_state(prefix)
     if opts.rotation == "learned":
         raise QuantizeError(f"{prefix}: learned rotations are made per decoder layer (quantize/learned.py)")
+    pairs, theta, cs = _rotation(prefix, k, opts)
+    # the rotation is drawn on the CPU (the same seed gives the same checkpoint on every device)
+    pairs, theta = pairs.to(w.device), theta.to(w.device)
+    cs = None if cs is None else cs.to(w.device)
+    if opts.format == "paroquant_mxfp4":
+        t = rtn.paroquant_mxfp4_linear_tensors(w, pairs, theta, cs)
+        mx_fmt.validate(t, prefix)
+        return t.to_state(prefix)
+    t = rtn.paroquant_linear_tensors(w, pairs, theta, cs)
+    paro_fmt.validate(t, prefix)
+    return t.to_state(prefix)
+
+
+def _rotation(prefix: str, k: int, opts: QuantizeOptions):
+    """(pairs, theta, channel_scales or None) of one linear, on the CPU."""
+    if opts.rotations_from is not None:
+        return donor_rotation(Path(opts.rotations_from), prefix, opts.krot)
     if opts.rotation == "identity":
         pairs, theta = rtn.identity_rotation(k, opts.krot)
         cs = None
@@ -151,11 +195,22 @@ def _quantize_linear(prefix: str, w: torch.Tensor, opts: QuantizeOptions) -> dic
         gen = torch.Generator().manual_seed((zlib.crc32(prefix.encode()) + opts.seed * 0x9E3779B1) % 2**32)
         pairs, theta = rtn.random_rotation(k, opts.krot, gen)
         cs = torch.exp2((torch.rand(1, k, generator=gen) - 0.5) * 0.5)
-    # the rotation is drawn on the CPU (the same seed gives the same checkpoint on every device)
-    cs = None if cs is None else cs.to(w.device)
-    t = rtn.paroquant_linear_tensors(w, pairs.to(w.device), theta.to(w.device), cs)
-    paro_fmt.validate(t, prefix)
-    return t.to_state(prefix)
+    return pairs, theta, cs
+
+
+def donor_rotation(donor: Path, prefix: str, krot: int):
+    """A paroquant checkpoint's rotation of `prefix` (its krot must be the one asked for)."""
+    names = [f"{prefix}.{t}" for t in ("pairs", "theta", "channel_scales")]
+    for shard in sorted(donor.glob("*.safetensors")):
+        with safe_open(shard, "pt") as f:
+            if names[0] in f.keys():
+                pairs, theta, cs = (f.get_tensor(n) for n in names)
+                if pairs.shape[0] != krot:
+                    raise QuantizeError(f"--rotations-from {donor}: {prefix} has krot {pairs.shape[0]}; "
+                                        f"give --krot {pairs.shape[0]}")
+                return pairs, theta, cs
+    raise QuantizeError(f"--rotations-from {donor}: no rotation for {prefix} (not the same model, or that linear "
+                        "was left unquantized there: --skip it here too)")
 
 
 def check_linear_shape(prefix: str, n: int, k: int, fmt: str) -> None:

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from radiance.kernels.formats import paroquant_mxfp4 as mx
 from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors, pack_awq
 from radiance.kernels.formats.pq2 import Pq2Tensors, pack_ternary
 from radiance.kernels.reference import apply_group_matrices, group_rotation_matrices, rotation_plan
@@ -42,6 +43,26 @@ def ternary_absmean(w: torch.Tensor, group_size: int = GROUP_SIZE) -> tuple[torc
     return codes.reshape(w.shape).to(torch.uint8), scales
 
 
+def mxfp4_ocp(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """OCP MXFP4 RTN per 32 along K -> (e2m1 codes [N, K] u8, e8m0 scales [N, K/32] u8).
+
+    Shared exponent floor(log2(amax)) - 2 (OCP's rule, as AMD's checkpoints: e2m1's largest
+    exponent is 2, so a block maximum in [6, 8) x 2^e clips to 6); elements round to the nearest
+    e2m1 value, ties to the even code."""
+    g = _groups(w, mx.BLOCK)
+    amax = g.abs().amax(-1)
+    e = torch.where(amax > 0, torch.floor(torch.log2(amax.clamp(min=1e-38))) - 2, torch.full_like(amax, -mx.E8M0_BIAS))
+    e = e.clamp(-mx.E8M0_BIAS, mx.E8M0_BIAS)
+    v = (g / torch.exp2(e).unsqueeze(-1)).abs()
+    grid = torch.tensor(mx.E2M1, device=w.device)
+    mids = (grid[1:] + grid[:-1]) / 2
+    idx = torch.bucketize(v, mids)  # a value on a midpoint goes down here ...
+    tie = (idx < len(mids)) & (v == mids[idx.clamp(max=len(mids) - 1)])
+    idx = torch.where(tie & (idx % 2 == 1), idx + 1, idx)  # ... and up where the lower code is odd
+    codes = torch.where((g < 0) & (idx > 0), idx + 8, idx)
+    return codes.reshape(w.shape).to(torch.uint8), (e + mx.E8M0_BIAS).to(torch.uint8)
+
+
 def random_rotation(k: int, krot: int, gen: torch.Generator, group_size: int = GROUP_SIZE):
     """Random disjoint pairs per group (a random permutation read two by two) and random angles."""
     groups = k // group_size
@@ -74,6 +95,17 @@ def paroquant_linear_tensors(
         theta=theta,
         channel_scales=cs.reshape(1, k),
     )
+
+
+def paroquant_mxfp4_linear_tensors(
+    w: torch.Tensor, pairs: torch.Tensor, theta: torch.Tensor, channel_scales: torch.Tensor | None = None
+) -> mx.Mxfp4Tensors:
+    """MXFP4 of rotate(W / cs): the paroquant rotation, the weight on the MXFP4 grid."""
+    n, k = w.shape
+    cs = torch.ones(1, k, dtype=torch.float16, device=w.device) if channel_scales is None else channel_scales.to(torch.float16)
+    mats = group_rotation_matrices(rotation_plan(pairs, theta))
+    codes, scales = mxfp4_ocp(apply_group_matrices(w.to(torch.float32) / cs.to(torch.float32), mats))
+    return mx.Mxfp4Tensors(mx.pack_e2m1(codes), scales, pairs, theta, cs.reshape(1, k))
 
 
 def pq2_linear_tensors(w: torch.Tensor) -> Pq2Tensors:

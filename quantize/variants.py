@@ -19,6 +19,10 @@ from radiance.quantize.fetch import fetch_model, is_complete, model_root
 def variant_name(opts: QuantizeOptions) -> str:
     if opts.format == "pq2":
         return "pq2"
+    if opts.format == "paroquant_mxfp4":
+        if opts.rotations_from is not None:
+            return f"mxfp4-rotations-of-{Path(opts.rotations_from).name}"
+        return "mxfp4-" + variant_name(QuantizeOptions("paroquant", opts.rotation, opts.krot, opts.seed)).removeprefix("paroquant-")
     if opts.rotation == "identity":
         return f"paroquant-identity-k{opts.krot}"
     if opts.rotation == "learned":

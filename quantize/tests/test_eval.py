@@ -11,6 +11,7 @@ from safetensors.torch import save_file
 
 from radiance.kernels import reference as R
 from radiance.kernels.formats import paroquant as P
+from radiance.kernels.formats import paroquant_mxfp4 as MX
 from radiance.quantize import evaluate as E
 from radiance.quantize.convert import QuantizeOptions, quantize_checkpoint
 
@@ -40,6 +41,19 @@ def test_reference_linear_is_the_reference(tmp_path):
     _, fp8 = E.reference_linears(out, "fp8_token")
     y8 = fp8["model.layers.0.mlp.up_proj"](x)
     assert not torch.equal(y8, want) and (y8 - want).norm() / want.norm() < 0.05  # e4m3 rounding only
+
+
+def test_mxfp4_reference_linear_is_the_reference(tmp_path):
+    out = quantize_checkpoint(_tiny(tmp_path), tmp_path / "q", QuantizeOptions("paroquant_mxfp4", krot=4),
+                              progress=False)
+    method, mods = E.reference_linears(out, None)
+    assert method == "paroquant_mxfp4" and list(mods) == ["model.layers.0.mlp.up_proj"]
+    with safe_open(out / "model.safetensors", "pt") as f:
+        state = {k: f.get_tensor(k) for k in f.keys()}
+    t = MX.Mxfp4Tensors.from_state(state, "model.layers.0.mlp.up_proj")
+    x = torch.randn(3, 256)
+    want = R.paroquant_mxfp4_linear(x, t, bias=state["model.layers.0.mlp.up_proj.bias"])
+    assert torch.allclose(mods["model.layers.0.mlp.up_proj"](x), want, rtol=1e-5, atol=1e-5)
 
 
 def test_errors(tmp_path):

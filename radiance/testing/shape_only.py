@@ -38,6 +38,9 @@ def layer_shapes(quant: str, hidden: int, q: int, kv: int, inter: int, layer: in
             out[f"{mod}.qweight"] = ("I32", [k, n // 8])
             out[f"{mod}.qzeros"] = ("I32", [k // 128, n // 8])
             out[f"{mod}.scales"] = ("F16", [k // 128, n])
+        elif quant == "paroquant_mxfp4":
+            out[f"{mod}.weight"] = ("U8", [n, k // 2])
+            out[f"{mod}.weight_scale"] = ("U8", [n, k // 32])
         elif quant == "pq2":
             out[f"{mod}.qweight"] = ("U8", [n, k // 4])
             out[f"{mod}.scales"] = ("F16", [n, k // 128])

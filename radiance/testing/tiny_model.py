@@ -74,7 +74,8 @@ def quantize_state(dense: dict[str, torch.Tensor], method: str, krot: int = 4, s
             if group not in shared or not shared_qkv:
                 pairs, theta = rtn.random_rotation(k, krot, gen)
                 shared[group] = (pairs, theta, (torch.rand(1, k, generator=gen) + 0.5).half())
-            out.update(rtn.paroquant_linear_tensors(w, *shared[group]).to_state(name))
+            quant = rtn.paroquant_mxfp4_linear_tensors if method == "paroquant_mxfp4" else rtn.paroquant_linear_tensors
+            out.update(quant(w, *shared[group]).to_state(name))
     return out
 
 
@@ -87,6 +88,7 @@ def write_checkpoint(path: Path, state: dict[str, torch.Tensor], quant: dict) ->
 
 PARO_CFG = {"quant_method": "paroquant", "bits": 4, "group_size": 128, "krot": 4}
 PQ2_CFG = {"quant_method": "pq2", "bits": 2, "group_size": 128}
+MXFP4_CFG = {"quant_method": "paroquant_mxfp4", "bits": 4, "group_size": 32, "krot": 4}
 
 
 # A tiny Qwen2 with its own tokenizer, for the learned-rotation tests (seconds): transformers' Qwen2

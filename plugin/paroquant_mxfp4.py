@@ -1,0 +1,95 @@
+"""`paroquant_mxfp4` (MXFP4-PARO): paroquant's rotations, the weight on an OCP MXFP4 grid.
+
+Per projection on disk (radiance.kernels.formats.paroquant_mxfp4): weight [N, K/2] u8 (two e2m1
+per byte along K), weight_scale [N, K/32] u8 (e8m0), and paroquant's pairs / theta /
+channel_scales. Both weight tensors split along N (dim 0) for column-parallel layers and along K
+(dim 1) for row-parallel ones through vLLM's own parameter classes; rotations as paroquant's.
+Served by the CPU paths (kernels/ops.py); a GPU has no kernel for it yet, which the load says.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from vllm.model_executor.layers.linear import register_weight_loader_v2_supported_method
+from vllm.model_executor.layers.quantization import register_quantization_config
+
+from radiance.kernels import ops, reference
+from radiance.kernels.formats import FormatError, check_format_version
+from radiance.kernels.formats import paroquant_mxfp4 as fmt
+from radiance.kernels.formats.paroquant import MAX_KROT
+from radiance.plugin.base import RadianceLinearMethod, RadianceQuantConfig, config_int
+from radiance.plugin.layout import Layout
+from radiance.plugin.params import TensorSpec, packed_param, rotation_param
+from radiance.plugin.paroquant import specs as paro_specs
+
+PACK = 2  # e2m1 codes per byte
+
+
+def specs(krot: int) -> dict[str, TensorSpec]:
+    return {
+        "weight": TensorSpec("weight", torch.uint8, lambda k, n: (n, k // PACK)),
+        "weight_scale": TensorSpec("weight_scale", torch.uint8, lambda k, n: (n, k // fmt.BLOCK)),
+        **{name: paro_specs(krot)[name] for name in ("pairs", "theta", "channel_scales")},
+    }
+
+
+@register_weight_loader_v2_supported_method
+class ParoQuantMxfp4LinearMethod(RadianceLinearMethod):
+    TENSORS = fmt.TENSORS
+    PREPARED_FROM = ("weight", "weight_scale")
+
+    def _create(self, layer, lay: Layout, weight_loader) -> None:
+        s, k, n, krot = specs(self.config.krot), lay.k, sum(lay.sizes), self.config.krot
+        params = {
+            "weight": packed_param(lay, s["weight"], (n, k // PACK), 1, 0, 1, PACK, weight_loader),
+            "weight_scale": packed_param(lay, s["weight_scale"], (n, k // fmt.BLOCK), 1, 0, None, 1, weight_loader),
+            "pairs": rotation_param(lay, s["pairs"], (krot, k)),
+            "theta": rotation_param(lay, s["theta"], (krot, k // 2)),
+            "channel_scales": rotation_param(lay, s["channel_scales"], (1, k)),
+        }
+        for name, p in params.items():
+            layer.register_parameter(name, p)
+
+    def _prepare(self, layer, lay: Layout) -> ops.PreparedLinear:
+        w, sc = layer.weight.data, layer.weight_scale.data
+        rotations = []
+        for p, (n0, n1) in enumerate(lay.partition_bounds()):
+            rot = (layer.pairs.data[p], layer.theta.data[p], layer.channel_scales.data[p])
+            fmt.validate(fmt.Mxfp4Tensors(w[n0:n1], sc[n0:n1], *rot), lay.names[p], self.config.bits,
+                         self.config.group_size)
+            rotations.append(rot)
+        return ops.prepare_paroquant_mxfp4(w, sc, rotations, lay.sizes)
+
+    def _exact(self, layer, lay, x, bias):
+        out = x.new_empty((x.shape[0], sum(lay.sizes)), dtype=torch.float32)
+        for p, (n0, n1) in enumerate(lay.partition_bounds()):
+            t = fmt.Mxfp4Tensors(layer.weight.data[n0:n1], layer.weight_scale.data[n0:n1], layer.pairs.data[p],
+                                 layer.theta.data[p], layer.channel_scales.data[p])
+            out[:, n0:n1] = reference.paroquant_mxfp4_linear(x.float(), t)
+        return out if bias is None else out + bias.float()
+
+
+@register_quantization_config("paroquant_mxfp4")
+class ParoQuantMxfp4Config(RadianceQuantConfig):
+    METHOD = "paroquant_mxfp4"
+    LINEAR = ParoQuantMxfp4LinearMethod
+
+    def __init__(self, bits: int, group_size: int, krot: int, modules_to_not_convert: list[str] | None = None):
+        super().__init__(bits, group_size, modules_to_not_convert)
+        self.krot = krot
+
+    def __repr__(self) -> str:
+        return f"ParoQuantMxfp4Config(bits={self.bits}, group_size={self.group_size}, krot={self.krot})"
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> ParoQuantMxfp4Config:
+        check_format_version(config, "config.json quantization_config")
+        bits = config_int(config, "bits", "paroquant_mxfp4")
+        group_size = config_int(config, "group_size", "paroquant_mxfp4")
+        krot = config_int(config, "krot", "paroquant_mxfp4", default=MAX_KROT)
+        fmt.validate_config("config.json quantization_config", bits, group_size)
+        if not 1 <= krot <= MAX_KROT:
+            raise FormatError(f"config.json quantization_config: paroquant_mxfp4 krot must be between 1 and {MAX_KROT}, got {krot}")
+        return cls(bits, group_size, krot, config.get("modules_to_not_convert"))
