@@ -22,6 +22,7 @@ from radiance.plugin import checkall
 from radiance.plugin.base import RadianceLinearMethod, RadianceQuantConfig, config_int
 from radiance.plugin.layout import GROUP, Layout
 from radiance.plugin.params import TensorSpec, packed_param, rotation_param
+from radiance.plugin.skip import checkpoint_skips
 
 PACK = 8  # int4 codes per int32
 
@@ -99,4 +100,4 @@ class ParoQuantConfig(RadianceQuantConfig):
             raise FormatError(
                 f"config.json quantization_config: paroquant krot must be between 1 and {fmt.MAX_KROT}, got {krot}"
             )
-        return cls(bits, group_size, krot, config.get("modules_to_not_convert"))
+        return cls(bits, group_size, krot, checkpoint_skips(config, bits, group_size))

@@ -23,6 +23,7 @@ from radiance.plugin.base import RadianceLinearMethod, RadianceQuantConfig, conf
 from radiance.plugin.layout import Layout
 from radiance.plugin.params import TensorSpec, packed_param, rotation_param
 from radiance.plugin.paroquant import specs as paro_specs
+from radiance.plugin.skip import checkpoint_skips
 
 PACK = 2  # e2m1 codes per byte
 
@@ -92,4 +93,4 @@ class ParoQuantMxfp4Config(RadianceQuantConfig):
         fmt.validate_config("config.json quantization_config", bits, group_size)
         if not 1 <= krot <= MAX_KROT:
             raise FormatError(f"config.json quantization_config: paroquant_mxfp4 krot must be between 1 and {MAX_KROT}, got {krot}")
-        return cls(bits, group_size, krot, config.get("modules_to_not_convert"))
+        return cls(bits, group_size, krot, checkpoint_skips(config, bits, group_size))

@@ -20,6 +20,7 @@ from radiance.plugin import checkall
 from radiance.plugin.base import RadianceLinearMethod, RadianceQuantConfig, config_int
 from radiance.plugin.layout import GROUP, Layout
 from radiance.plugin.params import TensorSpec, packed_param
+from radiance.plugin.skip import checkpoint_skips
 
 PACK = 4  # ternary codes per byte
 SPECS = {
@@ -61,4 +62,4 @@ class Pq2Config(RadianceQuantConfig):
         bits = config_int(config, "bits", "pq2")
         group_size = config_int(config, "group_size", "pq2")
         fmt.validate_config("config.json quantization_config", bits, group_size)
-        return cls(bits, group_size, config.get("modules_to_not_convert"))
+        return cls(bits, group_size, checkpoint_skips(config, bits, group_size))

@@ -29,6 +29,28 @@ def skip_patterns(checkpoint_list: list[str] | None) -> list[re.Pattern]:
     return out
 
 
+def checkpoint_skips(config: dict, bits: int, group_size: int) -> list[str]:
+    """The checkpoint's unquantized modules: `modules_to_not_convert`, and the negative (`-:regex`)
+    keys of `dynamic` (GPTQModel's convention, which z-lab's checkpoints use: `re.match` on the module
+    name). A positive key may only restate this format's bits / group_size: radiance serves one
+    grid per checkpoint, so any other override is refused, naming the key."""
+    skips = list(config.get("modules_to_not_convert") or [])
+    dynamic = config.get("dynamic") or {}
+    if not isinstance(dynamic, dict):
+        raise FormatError(f"config.json quantization_config.dynamic must be a mapping of regex -> overrides, got {dynamic!r}")
+    for key, overrides in dynamic.items():
+        if key.startswith("-:"):
+            skips.append("^(?:" + key.removeprefix("-:") + ")")
+            continue
+        same = {"bits": bits, "group_size": group_size}
+        extra = {k: v for k, v in (overrides or {}).items() if same.get(k, object()) != v}
+        if extra:
+            raise FormatError(f"config.json quantization_config.dynamic[{key!r}] overrides {extra}: radiance serves "
+                              f"one grid per checkpoint (bits={bits}, group_size={group_size}); only '-:' (leave "
+                              "unquantized) keys are supported")
+    return skips
+
+
 def is_skipped(prefix: str, packed: dict[str, list[str]], patterns: list[re.Pattern]) -> bool:
     """A merged vLLM layer is skipped only if every projection in it is."""
     head, _, last = prefix.rpartition(".")

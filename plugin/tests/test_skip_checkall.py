@@ -52,6 +52,23 @@ def test_skip_by_knob_and_by_checkpoint_list(tiny, tmp_path, vllm_dist, monkeypa
     assert layer.self_attn.qkv_proj._radiance_prep.method == "paroquant"
 
 
+def test_dynamic_negative_keys_skip_and_other_overrides_are_refused(tiny, tmp_path, vllm_dist):
+    """z-lab's `quantization_config.dynamic` (GPTQModel's convention): `-:regex` leaves a module in 16 bit."""
+    from radiance.plugin.skip import SkinnyUnquantizedLinearMethod
+
+    dense = tiny.dense_state()
+    names = [f"model.layers.{i}.self_attn.o_proj" for i in range(tiny.LAYERS)]
+    state = _with_dense(tiny, tiny.quantize_state(dense, "paroquant"), dense, names)
+    quant = {**tiny.PARO_CFG, "dynamic": {r"-:.*\.o_proj": {}, r"+:.*mlp.*": {"bits": 4, "group_size": 128}}}
+    model, _ = tiny.load_in_vllm(tiny.write_checkpoint(tmp_path / "ckpt", state, quant))
+    layer = model.model.layers[0]
+    assert isinstance(layer.self_attn.o_proj.quant_method, SkinnyUnquantizedLinearMethod)
+    assert layer.mlp.down_proj._radiance_prep.method == "paroquant"
+    quant["dynamic"] = {r"+:.*mlp.*": {"bits": 8}}
+    with pytest.raises(ValueError, match=r"dynamic\['\+:\.\*mlp\.\*'\] overrides \{'bits': 8\}"):  # vLLM wraps it
+        tiny.load_in_vllm(tiny.write_checkpoint(tmp_path / "ckpt2", state, quant))
+
+
 def test_partial_skip_of_a_merged_layer_is_an_error(tiny, tmp_path, vllm_dist, monkeypatch):
     monkeypatch.setenv("RADIANCE_PQ_SKIP", r"mlp\.gate_proj")
     state = tiny.quantize_state(tiny.dense_state(), "paroquant")
