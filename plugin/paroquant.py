@@ -79,25 +79,28 @@ class ParoQuantLinearMethod(RadianceLinearMethod):
 
 @register_quantization_config("paroquant")
 class ParoQuantConfig(RadianceQuantConfig):
+    """Also the base of the other rotated format (paroquant_mxfp4): METHOD, LINEAR and FORMAT differ."""
+
     METHOD = "paroquant"
     LINEAR = ParoQuantLinearMethod
+    FORMAT = fmt  # its validate_config(where, bits, group_size)
 
     def __init__(self, bits: int, group_size: int, krot: int, modules_to_not_convert: list[str] | None = None):
         super().__init__(bits, group_size, modules_to_not_convert)
         self.krot = krot
 
     def __repr__(self) -> str:
-        return f"ParoQuantConfig(bits={self.bits}, group_size={self.group_size}, krot={self.krot})"
+        return f"{type(self).__name__}(bits={self.bits}, group_size={self.group_size}, krot={self.krot})"
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ParoQuantConfig:
         check_format_version(config, "config.json quantization_config")
-        bits = config_int(config, "bits", "paroquant")
-        group_size = config_int(config, "group_size", "paroquant")
-        krot = config_int(config, "krot", "paroquant", default=fmt.MAX_KROT)
-        fmt.validate_config("config.json quantization_config", bits, group_size)
+        bits = config_int(config, "bits", cls.METHOD)
+        group_size = config_int(config, "group_size", cls.METHOD)
+        krot = config_int(config, "krot", cls.METHOD, default=fmt.MAX_KROT)
+        cls.FORMAT.validate_config("config.json quantization_config", bits, group_size)
         if not 1 <= krot <= fmt.MAX_KROT:
             raise FormatError(
-                f"config.json quantization_config: paroquant krot must be between 1 and {fmt.MAX_KROT}, got {krot}"
+                f"config.json quantization_config: {cls.METHOD} krot must be between 1 and {fmt.MAX_KROT}, got {krot}"
             )
         return cls(bits, group_size, krot, checkpoint_skips(config, bits, group_size))

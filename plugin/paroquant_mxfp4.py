@@ -9,21 +9,17 @@ Served by the CPU paths (kernels/ops.py); a GPU has no kernel for it yet, which 
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from vllm.model_executor.layers.linear import register_weight_loader_v2_supported_method
 from vllm.model_executor.layers.quantization import register_quantization_config
 
 from radiance.kernels import ops, reference
-from radiance.kernels.formats import FormatError, check_format_version
 from radiance.kernels.formats import paroquant_mxfp4 as fmt
-from radiance.kernels.formats.paroquant import MAX_KROT
-from radiance.plugin.base import RadianceLinearMethod, RadianceQuantConfig, config_int
+from radiance.plugin.base import RadianceLinearMethod
 from radiance.plugin.layout import Layout
 from radiance.plugin.params import TensorSpec, packed_param, rotation_param
+from radiance.plugin.paroquant import ParoQuantConfig
 from radiance.plugin.paroquant import specs as paro_specs
-from radiance.plugin.skip import checkpoint_skips
 
 PACK = 2  # e2m1 codes per byte
 
@@ -73,24 +69,7 @@ class ParoQuantMxfp4LinearMethod(RadianceLinearMethod):
 
 
 @register_quantization_config("paroquant_mxfp4")
-class ParoQuantMxfp4Config(RadianceQuantConfig):
+class ParoQuantMxfp4Config(ParoQuantConfig):
     METHOD = "paroquant_mxfp4"
     LINEAR = ParoQuantMxfp4LinearMethod
-
-    def __init__(self, bits: int, group_size: int, krot: int, modules_to_not_convert: list[str] | None = None):
-        super().__init__(bits, group_size, modules_to_not_convert)
-        self.krot = krot
-
-    def __repr__(self) -> str:
-        return f"ParoQuantMxfp4Config(bits={self.bits}, group_size={self.group_size}, krot={self.krot})"
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> ParoQuantMxfp4Config:
-        check_format_version(config, "config.json quantization_config")
-        bits = config_int(config, "bits", "paroquant_mxfp4")
-        group_size = config_int(config, "group_size", "paroquant_mxfp4")
-        krot = config_int(config, "krot", "paroquant_mxfp4", default=MAX_KROT)
-        fmt.validate_config("config.json quantization_config", bits, group_size)
-        if not 1 <= krot <= MAX_KROT:
-            raise FormatError(f"config.json quantization_config: paroquant_mxfp4 krot must be between 1 and {MAX_KROT}, got {krot}")
-        return cls(bits, group_size, krot, checkpoint_skips(config, bits, group_size))
+    FORMAT = fmt
