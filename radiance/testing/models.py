@@ -9,8 +9,8 @@ session (a stamp file rebuilds a variant when the quantizer changes):
 - `qwen_paro_identity_dir`: paroquant-identity-k1/ — int4 RTN, one zero-angle rotation layer,
   channel scales 1 (the plain AWQ-style path);
 - `qwen_pq2_dir`: pq2/ — ternary, absmean scale per 128 weights;
-- `qwen_mxfp4_dir`: mxfp4-rotations-of-paroquant-random-k8-s0/ — MXFP4-PARO: OCP MXFP4 under the
-  rotations of `qwen_paro_dir` (`--rotations-from`, the way the seed builds it from a learned one);
+- `qwen_mxfp4_dir`: mxfp4-rotations-of-paroquant-learned-k8-s0-n4-l32-e1/ — MXFP4-PARO: OCP MXFP4
+  under the learned checkpoint's rotations (`--rotations-from`, the way the seed builds it);
 - `qwen_paro_learned_dir`: paroquant-learned-k8-s0-n4-l32-e1/ — `--rotation learned` on 4 windows
   of 32 tokens, one epoch per stage: real learned angles, scales and fine-tuned weights in ~1 min
   of CPU (a checkpoint for the format and the serving path, not for its quality).
@@ -57,14 +57,14 @@ def qwen_pq2_dir(qwen_bf16_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
-def qwen_mxfp4_dir(qwen_paro_dir) -> Path:
-    return _variant("paroquant_mxfp4", "random", krot=8, rotations_from=qwen_paro_dir)
-
-
-@pytest.fixture(scope="session")
 def qwen_paro_learned_dir(qwen_bf16_dir) -> Path:
     from radiance.quantize.convert import single_thread
     from radiance.quantize.learned_options import LearnedOptions
 
     with single_thread():  # the shared 2-core machine: see convert.single_thread
         return _variant("paroquant", "learned", krot=8, learned=LearnedOptions(samples=4, seq_len=32, epochs=1))
+
+
+@pytest.fixture(scope="session")
+def qwen_mxfp4_dir(qwen_paro_learned_dir) -> Path:
+    return _variant("paroquant_mxfp4", "random", krot=8, rotations_from=qwen_paro_learned_dir)
