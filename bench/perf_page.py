@@ -33,7 +33,8 @@ def _best(rounds: list[dict]) -> float:
 def _label(name: str, run: dict) -> str:
     env = run.get("env", {})
     what = {"none": "bf16 (vLLM)", "awq": "int4 `awq` (vLLM)", "awq_marlin": "int4 `awq_marlin` (vLLM)",
-            "pq2": "pq2"}.get(run["quant"], "paroquant " + ("W4A8" if env.get("RADIANCE_PQ_I8") == "1" else "W4A16"))
+            "pq2": "pq2", "paroquant_mxfp4": "MXFP4-PARO"}.get(
+        run["quant"], "paroquant " + ("W4A8" if env.get("RADIANCE_PQ_I8") == "1" else "W4A16"))
     if env.get("RADIANCE_CPU_WEIGHTS"):
         what += f", `RADIANCE_CPU_WEIGHTS={env['RADIANCE_CPU_WEIGHTS']}`"
     return f"`{name}`: {what}"
@@ -54,11 +55,14 @@ def serving(path: Path) -> list[str]:
            f"`bench/bench_serve.py` over `{Path(r['stacks_file']).name}`, {mode}, every stack through `radiance-launch`, "
            f"one after another. Model: {model}. Decode: output tokens per second of wall time, that many concurrent "
            "greedy requests of the tokens named (each round in order); prefill: distinct prompts sent at once; "
-           "TTFT: one prompt alone.", ""]
+           "TTFT: one prompt alone." + (" Server memory: resident set of the server and its engine processes after the "
+                                     "runs." if all("rss_gib" in run for run in runs.values()) else ""), ""]
     cols = [f"c={k[1:]} ({next(iter(runs.values()))[k][0]['tokens']} tokens)" for k in decode]
     cols += ["prefill tok/s", "TTFT p50"] if prefill else []
-    cols += ["c=1 ×bf16", "c=1 ×awq"] + (["c=16 worst round ×awq"] if "c16" in decode else [])
-    cols += ["kernels compiled while serving"]
+    cols += ["c=1 ×bf16", "c=1 ×awq"] + (["c=4 ×bf16", "c=4 ×awq"] if "c4" in decode else [])
+    cols += ["c=16 worst round ×awq"] if "c16" in decode else []
+    rss = all("rss_gib" in run for run in runs.values())
+    cols += (["server memory GiB"] if rss else []) + ["kernels compiled while serving"]
     out += ["| stack | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     f = lambda x: "—" if x is None else f"{x:.2f}"  # noqa: E731
     for name, run in runs.items():
@@ -67,9 +71,12 @@ def serving(path: Path) -> list[str]:
             p = run.get("prefill")
             cells += [f"{p['prefill_tokens_per_s']:.0f}", f"{1000 * p['ttft_p50_s']:.0f} ms"] if p else ["—", "—"]
         cells += [f(_best(run["c1"]) / _best(b["c1"]) if b else None) for b in base.values()]
+        if "c4" in decode:
+            cells += [f(_best(run["c4"]) / _best(b["c4"]) if b else None) for b in base.values()]
         if "c16" in decode:
             b = base["awq"]
             cells.append(f(min(x["tokens_per_s"] for x in run["c16"]) / _best(b["c16"]) if b else None))
+        cells += [f"{run['rss_gib']:.2f}"] if rss else []
         cells.append(str(run["kernels_compiled_while_serving"]))
         out.append(f"| {_label(name, run)} | " + " | ".join(cells) + " |")
     if "relaunch" in r:

@@ -15,7 +15,7 @@ from vllm.distributed import tensor_model_parallel_all_gather
 from vllm.model_executor.layers.linear import RowParallelLinear
 from vllm.utils.torch_utils import direct_register_custom_op
 
-from radiance.kernels import ops, warmup
+from radiance.kernels import cpu_folded, ops, warmup
 
 log = logging.getLogger("radiance.plugin")
 OP_NAME = "radiance_linear"
@@ -38,6 +38,7 @@ def declare(layer: nn.Module, prefix: str, out_features: int, gather: bool = Fal
     layer._radiance_rank = rank
     layer._radiance_prep = None
     layer._radiance_check = None
+    layer._radiance_direct = None
 
 
 def attach(layer: nn.Module, prep: ops.PreparedLinear, check=None) -> None:
@@ -47,6 +48,8 @@ def attach(layer: nn.Module, prep: ops.PreparedLinear, check=None) -> None:
         raise ValueError(f"{layer._radiance_key}: prepared {prep.out_features} outputs, layer has {layer._radiance_out}")
     layer._radiance_prep = prep
     layer._radiance_check = check
+    # CPU, folded: the layer is one vLLM GEMM, called as vLLM calls its own (no op, nothing to judge or gather)
+    layer._radiance_direct = cpu_folded.direct_gemm(prep) if check is None and not layer._radiance_gather else None
     spec = warmup.pending(prep, call_bias(layer), layer.params_dtype)
     if spec is not None:
         before, t0 = warmup.cache_entries(), time.monotonic()
@@ -96,6 +99,8 @@ def register_op() -> None:
 
 
 def apply(layer: nn.Module, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    if layer._radiance_direct is not None:
+        return layer._radiance_direct(x, bias)
     lead = x.shape[:-1]
     y = torch.ops.vllm.radiance_linear(x.reshape(-1, x.shape[-1]), bias, layer._radiance_key)
     return y.reshape(*lead, y.shape[-1])
