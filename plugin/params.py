@@ -90,3 +90,16 @@ def require_loaded(lay: Layout, tensors: tuple[str, ...]) -> None:
     missing = lay.missing(tensors)
     if missing:
         raise FormatError(f"missing from the checkpoint: {', '.join(missing)} (vLLM layer {lay.prefix})")
+
+
+def rotation_params(lay: Layout, specs: dict[str, TensorSpec], krot: int) -> dict[str, BasevLLMParameter]:
+    """The rotated formats' pairs / theta / channel_scales, one copy per vLLM shard."""
+    k = lay.k
+    return {"pairs": rotation_param(lay, specs["pairs"], (krot, k)),
+            "theta": rotation_param(lay, specs["theta"], (krot, k // 2)),
+            "channel_scales": rotation_param(lay, specs["channel_scales"], (1, k))}
+
+
+def partition_rotation(layer, p: int) -> tuple:
+    """(pairs, theta, channel_scales) of partition p of a rotated layer."""
+    return layer.pairs.data[p], layer.theta.data[p], layer.channel_scales.data[p]

@@ -21,7 +21,7 @@ from radiance.kernels.formats import paroquant as fmt
 from radiance.plugin import checkall
 from radiance.plugin.base import RadianceLinearMethod, RadianceQuantConfig, config_int
 from radiance.plugin.layout import GROUP, Layout
-from radiance.plugin.params import TensorSpec, packed_param, rotation_param
+from radiance.plugin.params import TensorSpec, packed_param, partition_rotation, rotation_params
 from radiance.plugin.skip import checkpoint_skips
 
 PACK = 8  # int4 codes per int32
@@ -56,9 +56,7 @@ class ParoQuantLinearMethod(RadianceLinearMethod):
             "qweight": packed_param(lay, s["qweight"], (k, n // PACK), 0, 1, 1, PACK, weight_loader),
             "qzeros": packed_param(lay, s["qzeros"], (k // GROUP, n // PACK), 0, 1, 1, PACK, weight_loader),
             "scales": packed_param(lay, s["scales"], (k // GROUP, n), 0, 1, None, 1, weight_loader),
-            "pairs": rotation_param(lay, s["pairs"], (krot, k)),
-            "theta": rotation_param(lay, s["theta"], (krot, k // 2)),
-            "channel_scales": rotation_param(lay, s["channel_scales"], (1, k)),
+            **rotation_params(lay, s, krot),
         }
         for name, p in params.items():
             layer.register_parameter(name, p)
@@ -67,7 +65,7 @@ class ParoQuantLinearMethod(RadianceLinearMethod):
         qw, qz, sc = layer.qweight.data, layer.qzeros.data, layer.scales.data
         rotations = []
         for p, (n0, n1) in enumerate(lay.partition_bounds()):
-            rot = (layer.pairs.data[p], layer.theta.data[p], layer.channel_scales.data[p])
+            rot = partition_rotation(layer, p)
             part = fmt.ParoTensors(qw[:, n0 // PACK:n1 // PACK], qz[:, n0 // PACK:n1 // PACK], sc[:, n0:n1], *rot)
             fmt.validate(part, lay.names[p], self.config.bits, self.config.group_size)
             rotations.append(rot)

@@ -17,7 +17,7 @@ from radiance.kernels import ops, reference
 from radiance.kernels.formats import paroquant_mxfp4 as fmt
 from radiance.plugin.base import RadianceLinearMethod
 from radiance.plugin.layout import Layout
-from radiance.plugin.params import TensorSpec, packed_param, rotation_param
+from radiance.plugin.params import TensorSpec, packed_param, partition_rotation, rotation_params
 from radiance.plugin.paroquant import ParoQuantConfig
 from radiance.plugin.paroquant import specs as paro_specs
 
@@ -42,9 +42,7 @@ class ParoQuantMxfp4LinearMethod(RadianceLinearMethod):
         params = {
             "weight": packed_param(lay, s["weight"], (n, k // PACK), 1, 0, 1, PACK, weight_loader),
             "weight_scale": packed_param(lay, s["weight_scale"], (n, k // fmt.BLOCK), 1, 0, None, 1, weight_loader),
-            "pairs": rotation_param(lay, s["pairs"], (krot, k)),
-            "theta": rotation_param(lay, s["theta"], (krot, k // 2)),
-            "channel_scales": rotation_param(lay, s["channel_scales"], (1, k)),
+            **rotation_params(lay, s, krot),
         }
         for name, p in params.items():
             layer.register_parameter(name, p)
@@ -53,7 +51,7 @@ class ParoQuantMxfp4LinearMethod(RadianceLinearMethod):
         w, sc = layer.weight.data, layer.weight_scale.data
         rotations = []
         for p, (n0, n1) in enumerate(lay.partition_bounds()):
-            rot = (layer.pairs.data[p], layer.theta.data[p], layer.channel_scales.data[p])
+            rot = partition_rotation(layer, p)
             fmt.validate(fmt.Mxfp4Tensors(w[n0:n1], sc[n0:n1], *rot), lay.names[p], self.config.bits,
                          self.config.group_size)
             rotations.append(rot)
@@ -62,8 +60,7 @@ class ParoQuantMxfp4LinearMethod(RadianceLinearMethod):
     def _exact(self, layer, lay, x, bias):
         out = x.new_empty((x.shape[0], sum(lay.sizes)), dtype=torch.float32)
         for p, (n0, n1) in enumerate(lay.partition_bounds()):
-            t = fmt.Mxfp4Tensors(layer.weight.data[n0:n1], layer.weight_scale.data[n0:n1], layer.pairs.data[p],
-                                 layer.theta.data[p], layer.channel_scales.data[p])
+            t = fmt.Mxfp4Tensors(layer.weight.data[n0:n1], layer.weight_scale.data[n0:n1], *partition_rotation(layer, p))
             out[:, n0:n1] = reference.paroquant_mxfp4_linear(x.float(), t)
         return out if bias is None else out + bias.float()
 
