@@ -16,6 +16,8 @@ import re
 import sys
 from pathlib import Path
 
+from radiance.launcher.stack import PLUGIN_METHODS
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 PAGE = ROOT / "docs" / "perf.md"
@@ -35,7 +37,7 @@ def _label(name: str, run: dict, cpu: bool) -> str:
     what = {"none": "bf16 (vLLM)", "awq": "int4 `awq` (vLLM)", "awq_marlin": "int4 `awq_marlin` (vLLM)",
             "pq2": "pq2", "paroquant_mxfp4": "MXFP4-PARO"}.get(
         run["quant"], "paroquant" + ("" if cpu else " W4A8" if env.get("RADIANCE_PQ_I8") == "1" else " W4A16"))
-    if cpu and run["quant"] in ("paroquant", "paroquant_mxfp4", "pq2"):  # the CPU path is the knob's
+    if cpu and run["quant"] in PLUGIN_METHODS:  # the CPU path is the knob's
         what += f", `RADIANCE_CPU_WEIGHTS={env.get('RADIANCE_CPU_WEIGHTS', 'folded')}`"
     return f"`{name}`: {what}"
 

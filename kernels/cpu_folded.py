@@ -29,6 +29,7 @@ from radiance.kernels import reference
 from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors
 from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
 from radiance.kernels.formats.pq2 import Pq2Tensors
+from radiance.kernels.linear_spec import ROTATED_METHODS
 
 WEIGHT = "folded"  # prep.data key of the fp32 folded weight until the first call casts it
 
@@ -111,11 +112,11 @@ def _gemm(prep, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
 
 
 def direct_gemm(prep):
-    """The platform GEMM when it is a layer's whole CPU forward (paroquant / paroquant_mxfp4 folded,
-    handed over by the plugin): the plugin then calls it as vLLM calls its own unquantized linears,
-    without the op's dispatch, whose per-call Python cost is a tenth of a small model's decode step."""
-    whole = prep.method in ("paroquant", "paroquant_mxfp4") and not prep.run_gemms and WEIGHT not in prep.data
-    return prep.gemm if prep.platform == "cpu" and whole and not ({"qz", "w"} & prep.data.keys()) else None
+    """The platform GEMM when it is a layer's whole CPU forward: a rotated method's folded weight
+    handed over by the plugin (`gemm` is only ever set from a folded weight, and only pq2 does work
+    before its GEMM). The plugin then calls it as vLLM calls its own unquantized linears, without
+    the op's dispatch, whose per-call Python cost is a tenth of a small model's decode step."""
+    return prep.gemm if prep.method in ROTATED_METHODS else None
 
 
 def paroquant_linear(prep, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

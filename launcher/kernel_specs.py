@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from radiance.kernels.linear_spec import LinearSpec
+from radiance.kernels.linear_spec import ROTATED_METHODS, LinearSpec
 
 GROUP = 128
 # vLLM's merged projections (its packed_modules_mapping for Llama/Qwen-family models), in order
@@ -143,7 +143,7 @@ def linear_specs(model_dir: Path, quant: str, tp: int, stack_dtype: str = "auto"
             k = k // tp if (k // tp) % GROUP == 0 and k % tp == 0 else k  # misaligned: replicated (plugin/layout)
         elif tp > 1:
             sizes = [s // tp for s in sizes]
-        rotated = g.method in ("paroquant", "paroquant_mxfp4")
+        rotated = g.method in ROTATED_METHODS
         runs = _distinct_runs(model_dir, tensors, list(g.modules), sizes) if rotated else (sum(sizes),)
         # a row-parallel layer adds its bias on rank 0 only: the other ranks call without one
         for b in {g.bias, g.bias and not (g.row_parallel and tp > 1)}:

@@ -16,11 +16,11 @@ from typing import Any
 
 from radiance import paths
 from radiance.kernels.build import arch_flags, kernel_dir
-from radiance.knobs import KNOBS
+from radiance.knobs import KNOBS, checkall_shapes
+from radiance.launcher import plan_checks
 from radiance.launcher.cache_key import Versions, cache_key, detect_versions
 from radiance.launcher.locations import StackPaths, stack_paths
 from radiance.launcher.mounts import Mount, container_mounts
-from radiance.launcher import plan_checks
 from radiance.launcher.stack import CHECKPOINT_METHOD, MODES, PLUGIN_METHODS, Stack, StackFile, StackFileError
 from radiance.launcher.template import TemplateError, check_template
 
@@ -168,10 +168,15 @@ def resolve_plan(sf: StackFile, name: str, mode: str, environ: Mapping[str, str]
     if problem:
         raise sf.error(f"{mode} mode: {problem}", "stacks", name, "max_num_seqs")
     gated = env.get("RADIANCE_PQ_CHECKALL")
-    if gated and plugin and (problem := plan_checks.gated_shapes(gated, sp.model, stack.quant)):
-        if environ.get("RADIANCE_PQ_CHECKALL"):
-            raise PlanError(f"RADIANCE_PQ_CHECKALL: {problem}")
-        raise sf.error(problem, "stacks", name, "check_shapes")
+    if gated and plugin:
+        try:
+            shapes = checkall_shapes(gated)  # the stack's check_shapes are validated with the file
+        except ValueError as e:
+            raise PlanError(str(e)) from None
+        if problem := plan_checks.gated_shapes(shapes, sp.model, stack.quant):
+            if environ.get("RADIANCE_PQ_CHECKALL"):
+                raise PlanError(f"RADIANCE_PQ_CHECKALL: {problem}")
+            raise sf.error(problem, "stacks", name, "check_shapes")
     drafter_model = sp.drafter if spec else None
     if drafter_model is not None:
         _check_model(sf, stack, drafter_model, ("drafter", "model"), None)

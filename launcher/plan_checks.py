@@ -27,7 +27,8 @@ def decode_band(arch: str, quant_is_plugin: bool, spec: int, max_num_seqs: int |
     except (TypeError, ValueError):
         return f"{name}={raw!r} is not a whole number"
     if arch.startswith("gfx") and top > GFX_DECODE_MAX_ROWS:
-        return f"{name}={top}, but the {arch} decode kernel takes at most {GFX_DECODE_MAX_ROWS} rows; give 1..64"
+        return (f"{name}={top}, but the {arch} decode kernel takes at most {GFX_DECODE_MAX_ROWS} rows; "
+                f"give 1..{GFX_DECODE_MAX_ROWS}")
     if not spec:
         return None
     if max_num_seqs is None:
@@ -38,25 +39,19 @@ def decode_band(arch: str, quant_is_plugin: bool, spec: int, max_num_seqs: int |
         return (f"max_num_seqs={max_num_seqs} x (spec={spec} + 1) = {rows} rows per verify batch, above "
                 f"{name}={top}: the widest batches would fall onto the prefill kernels; lower max_num_seqs to "
                 f"{max(1, top // (spec + 1))} or spec, or raise {name}"
-                + (" (at most 64 here)" if arch.startswith("gfx") else ""))
+                + (f" (at most {GFX_DECODE_MAX_ROWS} here)" if arch.startswith("gfx") else ""))
     return None
 
 
-def gated_shapes(value: str, model: Path, quant: str) -> str | None:
+def gated_shapes(want: set[tuple[int, int]], model: Path, quant: str) -> str | None:
     """RADIANCE_PQ_CHECKALL names full-model N:K shapes (each TP rank checks its slice of them): every
     one must be a `quant` linear of the checkpoint, or eval mode would check nothing and pass."""
-    want = []
-    for item in value.split(","):
-        n, sep, k = item.strip().partition(":")
-        if not (sep and n.isdigit() and k.isdigit()):
-            return f"{value!r}: expected comma-separated N:K pairs, e.g. 1152:896,896:4864"
-        want.append((int(n), int(k)))
     try:
         groups, _ = linear_groups(model, quant)
     except SpecError as e:
         return f"cannot read the checkpoint's linear shapes: {e}"
     have = sorted({g.shape for g in groups if g.method == quant})
-    missing = [f"{n}:{k}" for n, k in want if (n, k) not in have]
+    missing = [f"{n}:{k}" for n, k in sorted(want) if (n, k) not in have]
     if missing:
         return (f"{', '.join(missing)} match no {quant} linear of {model} (full-model N:K, vLLM's merged "
                 f"projections: {', '.join(f'{n}:{k}' for n, k in have)})")

@@ -21,8 +21,9 @@ import torch
 
 from radiance.kernels import reference
 from radiance.kernels.formats.pq2 import Pq2Tensors
-from radiance.knobs import knob, knob_int
+from radiance.knobs import checkall_shapes, knob, knob_int
 from radiance.plugin.layout import Layout
+from radiance.plugin.params import partition_rotation
 
 log = logging.getLogger("radiance.plugin.checkall")
 CHUNK = 512
@@ -30,29 +31,29 @@ CHUNK = 512
 
 def gated_shapes() -> set[tuple[int, int]]:
     raw = knob("RADIANCE_PQ_CHECKALL")
-    if not raw:
-        return set()
-    shapes = set()
-    for item in raw.split(","):
-        n, sep, k = item.strip().partition(":")
-        if not (sep and n.isdigit() and k.isdigit()):
-            raise ValueError(f"RADIANCE_PQ_CHECKALL={raw!r}: expected comma-separated N:K pairs, e.g. 1152:896,896:4864")
-        shapes.add((int(n), int(k)))
-    return shapes
+    return checkall_shapes(raw) if raw else set()
+
+
+def _rotated_exact(layer, lay: Layout, x: torch.Tensor, bias: torch.Tensor | None, dequant: Callable) -> torch.Tensor:
+    """Per partition, the reference rotation of x times the fp32 weight that `dequant(c0, c1)` gives
+    for output columns [c0, c1), CHUNK columns at a time."""
+    out = x.new_empty((x.shape[0], sum(lay.sizes)), dtype=torch.float32)
+    for p, (n0, n1) in enumerate(lay.partition_bounds()):
+        xr = reference.rotate(x.float(), *partition_rotation(layer, p))
+        for c0 in range(n0, n1, CHUNK):
+            c1 = min(c0 + CHUNK, n1)
+            out[:, c0:c1] = xr @ dequant(c0, c1).t()
+    return out if bias is None else out + bias.float()
 
 
 def paroquant_exact(layer, lay: Layout, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    out = x.new_empty((x.shape[0], sum(lay.sizes)), dtype=torch.float32)
-    for p, (n0, n1) in enumerate(lay.partition_bounds()):
-        xr = reference.rotate(x.float(), layer.pairs.data[p], layer.theta.data[p], layer.channel_scales.data[p])
-        for c0 in range(n0, n1, CHUNK):
-            c1 = min(c0 + CHUNK, n1)
-            w = reference.dequant_paroquant(
-                layer.qweight.data[:, c0 // 8:c1 // 8], layer.qzeros.data[:, c0 // 8:c1 // 8],
-                layer.scales.data[:, c0:c1],
-            )
-            out[:, c0:c1] = xr @ w.t()
-    return out if bias is None else out + bias.float()
+    return _rotated_exact(layer, lay, x, bias, lambda c0, c1: reference.dequant_paroquant(
+        layer.qweight.data[:, c0 // 8:c1 // 8], layer.qzeros.data[:, c0 // 8:c1 // 8], layer.scales.data[:, c0:c1]))
+
+
+def paroquant_mxfp4_exact(layer, lay: Layout, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return _rotated_exact(layer, lay, x, bias, lambda c0, c1: reference.dequant_mxfp4(
+        layer.weight.data[c0:c1], layer.weight_scale.data[c0:c1]))
 
 
 def pq2_exact(layer, lay: Layout, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -13,8 +13,9 @@ import torch
 from vllm.model_executor.layers.linear import register_weight_loader_v2_supported_method
 from vllm.model_executor.layers.quantization import register_quantization_config
 
-from radiance.kernels import ops, reference
+from radiance.kernels import ops
 from radiance.kernels.formats import paroquant_mxfp4 as fmt
+from radiance.plugin import checkall
 from radiance.plugin.base import RadianceLinearMethod
 from radiance.plugin.layout import Layout
 from radiance.plugin.params import TensorSpec, packed_param, partition_rotation, rotation_params
@@ -58,11 +59,7 @@ class ParoQuantMxfp4LinearMethod(RadianceLinearMethod):
         return ops.prepare_paroquant_mxfp4(w, sc, rotations, lay.sizes)
 
     def _exact(self, layer, lay, x, bias):
-        out = x.new_empty((x.shape[0], sum(lay.sizes)), dtype=torch.float32)
-        for p, (n0, n1) in enumerate(lay.partition_bounds()):
-            t = fmt.Mxfp4Tensors(layer.weight.data[n0:n1], layer.weight_scale.data[n0:n1], *partition_rotation(layer, p))
-            out[:, n0:n1] = reference.paroquant_mxfp4_linear(x.float(), t)
-        return out if bias is None else out + bias.float()
+        return checkall.paroquant_mxfp4_exact(layer, lay, x, bias)
 
 
 @register_quantization_config("paroquant_mxfp4")

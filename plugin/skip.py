@@ -38,11 +38,11 @@ def checkpoint_skips(config: dict, bits: int, group_size: int) -> list[str]:
     dynamic = config.get("dynamic") or {}
     if not isinstance(dynamic, dict):
         raise FormatError(f"config.json quantization_config.dynamic must be a mapping of regex -> overrides, got {dynamic!r}")
+    same = {"bits": bits, "group_size": group_size}
     for key, overrides in dynamic.items():
         if key.startswith("-:"):
             skips.append("^(?:" + key.removeprefix("-:") + ")")
             continue
-        same = {"bits": bits, "group_size": group_size}
         extra = {k: v for k, v in (overrides or {}).items() if same.get(k, object()) != v}
         if extra:
             raise FormatError(f"config.json quantization_config.dynamic[{key!r}] overrides {extra}: radiance serves "

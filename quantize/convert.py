@@ -20,6 +20,7 @@ pq2: ternary codes with an absmean scale per 128 weights.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import shutil
@@ -198,19 +199,30 @@ def _rotation(prefix: str, k: int, opts: QuantizeOptions):
     return pairs, theta, cs
 
 
+@functools.lru_cache(maxsize=4)
+def _donor_shards(donor: Path, stamp: tuple) -> dict[str, Path]:
+    """tensor name -> shard of a checkpoint, read once (not once per linear); `stamp`, its shards'
+    names and mtimes, makes a rewritten checkpoint a new entry."""
+    out: dict[str, Path] = {}
+    for name, _ in stamp:
+        with safe_open(donor / name, "pt") as f:
+            out.update(dict.fromkeys(f.keys(), donor / name))
+    return out
+
+
 def donor_rotation(donor: Path, prefix: str, krot: int):
     """A paroquant checkpoint's rotation of `prefix` (its krot must be the one asked for)."""
     names = [f"{prefix}.{t}" for t in ("pairs", "theta", "channel_scales")]
-    for shard in sorted(donor.glob("*.safetensors")):
-        with safe_open(shard, "pt") as f:
-            if names[0] in f.keys():
-                pairs, theta, cs = (f.get_tensor(n) for n in names)
-                if pairs.shape[0] != krot:
-                    raise QuantizeError(f"--rotations-from {donor}: {prefix} has krot {pairs.shape[0]}; "
-                                        f"give --krot {pairs.shape[0]}")
-                return pairs, theta, cs
-    raise QuantizeError(f"--rotations-from {donor}: no rotation for {prefix} (not the same model, or that linear "
-                        "was left unquantized there: --skip it here too)")
+    stamp = tuple((p.name, p.stat().st_mtime_ns) for p in sorted(donor.glob("*.safetensors")))
+    shard = _donor_shards(donor, stamp).get(names[0])
+    if shard is None:
+        raise QuantizeError(f"--rotations-from {donor}: no rotation for {prefix} (not the same model, or that linear "
+                            "was left unquantized there: --skip it here too)")
+    with safe_open(shard, "pt") as f:
+        pairs, theta, cs = (f.get_tensor(n) for n in names)
+    if pairs.shape[0] != krot:
+        raise QuantizeError(f"--rotations-from {donor}: {prefix} has krot {pairs.shape[0]}; give --krot {pairs.shape[0]}")
+    return pairs, theta, cs
 
 
 def check_linear_shape(prefix: str, n: int, k: int, fmt: str) -> None:

@@ -107,6 +107,17 @@ def knob_int(name: str) -> int:
         raise ValueError(f"{name}={raw!r} is not an integer; unset it or give a whole number") from None
 
 
+def checkall_shapes(raw: str) -> set[tuple[int, int]]:
+    """RADIANCE_PQ_CHECKALL's value, "N:K,N:K", as {(N, K)}; a ValueError names the value."""
+    shapes = set()
+    for item in raw.split(","):
+        n, sep, k = item.strip().partition(":")
+        if not (sep and n.isdigit() and k.isdigit()):
+            raise ValueError(f"RADIANCE_PQ_CHECKALL={raw!r}: expected comma-separated N:K pairs, e.g. 1152:896,896:4864")
+        shapes.add((int(n), int(k)))
+    return shapes
+
+
 def graph_suffix(env: dict[str, str] | None = None) -> str:
     """Cache-key suffix from the graph-changing knobs set away from their defaults."""
     env = os.environ if env is None else env

@@ -9,9 +9,29 @@ Every violation is a `FormatError` naming the layer, the tensor and what was exp
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class FormatError(ValueError):
     """A checkpoint tensor does not match its format (message names layer, tensor, expectation)."""
+
+
+class TensorSet:
+    """A format's tensors of one linear, as a dataclass whose fields are the checkpoint tensor names
+    (`<prefix>.<field>`, in the order TENSORS lists them); METHOD names the format in errors."""
+
+    METHOD: ClassVar[str]
+    TENSORS: ClassVar[tuple[str, ...]]
+
+    @classmethod
+    def from_state(cls, state: dict, prefix: str):
+        missing = [f"{prefix}.{n}" for n in cls.TENSORS if f"{prefix}.{n}" not in state]
+        if missing:
+            raise FormatError(f"{prefix}: missing {cls.METHOD} tensors {missing}")
+        return cls(**{n: state[f"{prefix}.{n}"] for n in cls.TENSORS})
+
+    def to_state(self, prefix: str) -> dict:
+        return {f"{prefix}.{n}": getattr(self, n).contiguous() for n in self.TENSORS}
 
 
 # The version of radiance's checkpoint layouts (this package), written by `radiance quantize` into

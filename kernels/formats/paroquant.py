@@ -25,10 +25,11 @@ layer partition the group. See `radiance.kernels.reference.rotate` for the arith
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from radiance.kernels.formats import FormatError
+from radiance.kernels.formats import FormatError, TensorSet
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 # argsort of AWQ_ORDER: column c of a block of 8 lives in nibble AWQ_INV[c]
@@ -62,8 +63,11 @@ def unpack_awq(packed: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class ParoTensors:
+class ParoTensors(TensorSet):
     """The six tensors of one paroquant linear (see the module docstring for layout)."""
+
+    METHOD: ClassVar[str] = "paroquant"
+    TENSORS: ClassVar[tuple[str, ...]] = TENSORS
 
     qweight: torch.Tensor
     qzeros: torch.Tensor
@@ -83,16 +87,6 @@ class ParoTensors:
     @property
     def krot(self) -> int:
         return int(self.pairs.shape[0])
-
-    @classmethod
-    def from_state(cls, state: dict[str, torch.Tensor], prefix: str) -> ParoTensors:
-        missing = [f"{prefix}.{n}" for n in TENSORS if f"{prefix}.{n}" not in state]
-        if missing:
-            raise FormatError(f"{prefix}: missing paroquant tensors {missing}")
-        return cls(**{n: state[f"{prefix}.{n}"] for n in TENSORS})
-
-    def to_state(self, prefix: str) -> dict[str, torch.Tensor]:
-        return {f"{prefix}.{n}": getattr(self, n).contiguous() for n in TENSORS}
 
 
 def _expect(layer: str, name: str, t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> None:

@@ -17,10 +17,11 @@ byte layouts are Quark's MXFP4 buffers (what AMD's MXFP4 checkpoints store).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from radiance.kernels.formats import FormatError
+from radiance.kernels.formats import FormatError, TensorSet
 from radiance.kernels.formats.paroquant import GROUP_SIZE, MAX_KROT, check_pairs
 
 BLOCK = 32  # weights per e8m0 scale, along K
@@ -45,8 +46,11 @@ def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class Mxfp4Tensors:
+class Mxfp4Tensors(TensorSet):
     """The five tensors of one paroquant_mxfp4 linear (see the module docstring for layout)."""
+
+    METHOD: ClassVar[str] = "paroquant_mxfp4"
+    TENSORS: ClassVar[tuple[str, ...]] = TENSORS
 
     weight: torch.Tensor
     weight_scale: torch.Tensor
@@ -61,16 +65,6 @@ class Mxfp4Tensors:
     @property
     def out_features(self) -> int:
         return int(self.weight.shape[0])
-
-    @classmethod
-    def from_state(cls, state: dict[str, torch.Tensor], prefix: str) -> Mxfp4Tensors:
-        missing = [f"{prefix}.{n}" for n in TENSORS if f"{prefix}.{n}" not in state]
-        if missing:
-            raise FormatError(f"{prefix}: missing paroquant_mxfp4 tensors {missing}")
-        return cls(**{n: state[f"{prefix}.{n}"] for n in TENSORS})
-
-    def to_state(self, prefix: str) -> dict[str, torch.Tensor]:
-        return {f"{prefix}.{n}": getattr(self, n).contiguous() for n in TENSORS}
 
 
 def validate_config(layer: str, bits: int, group_size: int) -> None:

@@ -16,10 +16,11 @@ Codes 0/1/2 mean -1/0/+1 (code 3 is invalid); W[n, k] = (code - 1) * d[n, k/128]
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from radiance.kernels.formats import FormatError
+from radiance.kernels.formats import FormatError, TensorSet
 
 GROUP_SIZE = 128
 TENSORS = ("qweight", "scales")
@@ -47,7 +48,10 @@ def unpack_ternary(qweight: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class Pq2Tensors:
+class Pq2Tensors(TensorSet):
+    METHOD: ClassVar[str] = "pq2"
+    TENSORS: ClassVar[tuple[str, ...]] = TENSORS
+
     qweight: torch.Tensor  # [N, K/4] uint8
     scales: torch.Tensor  # [N, K/128] float16
 
@@ -58,16 +62,6 @@ class Pq2Tensors:
     @property
     def out_features(self) -> int:
         return int(self.qweight.shape[0])
-
-    @classmethod
-    def from_state(cls, state: dict[str, torch.Tensor], prefix: str) -> Pq2Tensors:
-        missing = [f"{prefix}.{n}" for n in TENSORS if f"{prefix}.{n}" not in state]
-        if missing:
-            raise FormatError(f"{prefix}: missing pq2 tensors {missing}")
-        return cls(qweight=state[f"{prefix}.qweight"], scales=state[f"{prefix}.scales"])
-
-    def to_state(self, prefix: str) -> dict[str, torch.Tensor]:
-        return {f"{prefix}.qweight": self.qweight.contiguous(), f"{prefix}.scales": self.scales.contiguous()}
 
 
 def validate_config(layer: str, bits: int, group_size: int) -> None:

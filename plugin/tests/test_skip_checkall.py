@@ -76,13 +76,14 @@ def test_partial_skip_of_a_merged_layer_is_an_error(tiny, tmp_path, vllm_dist, m
         tiny.load_in_vllm(tiny.write_checkpoint(tmp_path / "ckpt", state, tiny.PARO_CFG))
 
 
-@pytest.mark.parametrize("method", ["paroquant", "pq2"])
+@pytest.mark.parametrize("method", ["paroquant", "pq2", "paroquant_mxfp4"])
 def test_checkall_logs_rel_per_call_and_labels_zero_input(tiny, tmp_path, vllm_dist, monkeypatch, radiance_log, method):
     monkeypatch.setenv("RADIANCE_PQ_CHECKALL", "512:256,1024:256,256:512")
     monkeypatch.setenv("RADIANCE_PQ_CHECK_MAX_M", "4")
     monkeypatch.setenv("RADIANCE_CPU_WEIGHTS", "fp32")  # the exact path: rel is then summation order only
     state = tiny.quantize_state(tiny.dense_state(), method, shared_qkv=False)
-    quant = tiny.PARO_CFG if method == "paroquant" else tiny.PQ2_CFG
+    quant = {"paroquant": tiny.PARO_CFG, "pq2": tiny.PQ2_CFG, "paroquant_mxfp4": tiny.MXFP4_CFG}[method]
+    codes, scales = ("weight", "weight_scale") if method == "paroquant_mxfp4" else ("qweight", "scales")
     model, _ = tiny.load_in_vllm(tiny.write_checkpoint(tmp_path / "ckpt", state, quant))
     layer = model.model.layers[0]
     layer.self_attn.qkv_proj(torch.zeros(2, tiny.H).bfloat16())
@@ -93,8 +94,9 @@ def test_checkall_logs_rel_per_call_and_labels_zero_input(tiny, tmp_path, vllm_d
     rels = {ln.split()[1]: [float(v) for v in re.findall(r"rel(?:_fp32)?=(\S+)", ln)] for ln in lines[1:]}
     assert set(rels) == {"model.layers.0.self_attn.qkv_proj", "model.layers.0.mlp.down_proj"}  # o_proj not gated
     # the judge reads the checkpoint tensors: kept where gated, released (the prepared copy serves) elsewhere
-    assert layer.self_attn.qkv_proj.qweight.numel() > 0 and layer.mlp.down_proj.scales.numel() > 0
-    assert layer.self_attn.o_proj.qweight.numel() == 0 and layer.self_attn.o_proj.scales.numel() == 0
+    qkv, down, o_proj = layer.self_attn.qkv_proj, layer.mlp.down_proj, layer.self_attn.o_proj
+    assert getattr(qkv, codes).numel() > 0 and getattr(down, scales).numel() > 0
+    assert getattr(o_proj, codes).numel() == 0 and getattr(o_proj, scales).numel() == 0
     assert all(rel <= 1e-4 for rel, _ in rels.values()), rels  # exact up to fp32 summation order
     assert all(0 < fp32 <= 3e-3 for _, fp32 in rels.values()), rels  # bf16 output rounding, nothing more
 
