@@ -105,17 +105,45 @@ class Server:
                 continue
         return total / 2**20
 
-    def jit_warnings(self) -> int:
-        """vLLM's JIT monitor warnings in the log (its `warn` mode; `error` fails the request instead)."""
-        return self.log.read_text(errors="replace").count("compilation during inference")
+    def jit_compiles(self) -> dict[str, int]:
+        """Triton kernels vLLM's JIT monitor saw compile during requests (its `warn` mode), by name."""
+        return jit_compiles(self.log.read_text(errors="replace"))
 
     def launcher_lines(self) -> list[str]:
         text = self.log.read_text(errors="replace")
         return [ln for ln in text.splitlines() if re.search(r"radiance-launch: kernels:|\[radiance\] kernels:", ln)]
 
 
+JIT_RE = re.compile(r"JIT compilation during inference: (\w+)")
+KERNEL_DEF = re.compile(r"^@(?:triton|gluon)\.jit\b[^\n]*\n(?:@[^\n]*\n)*def (\w+)", re.M)
+
+
+def jit_compiles(log: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for m in JIT_RE.finditer(log):
+        counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+    return counts
+
+
+def radiance_kernels() -> set[str]:
+    """The names of radiance's Triton/Gluon kernels (from their sources: nothing imported)."""
+    import radiance.kernels
+
+    root = Path(radiance.kernels.__file__).parent
+    return {m.group(1) for f in root.rglob("*.py") for m in KERNEL_DEF.finditer(f.read_text())}
+
+
+def cached_kernels(cache_dir: Path) -> dict[str, str]:
+    """Triton's disk cache: one directory per compiled variant -> the kernel's name (its metadata file)."""
+    out = {}
+    for d in cache_dir.iterdir() if cache_dir.is_dir() else ():
+        names = [f.stem for f in d.glob("*.json") if not f.name.startswith("__grp__")]
+        out[d.name] = names[0] if names else "?"
+    return out
+
+
 def measure(s: Server, seed: int, decode: str, prefill: tuple[int, int]) -> dict:
-    before = cache_entries(s.triton)
+    before = cached_kernels(s.triton)
     row: dict = {"samples": client.samples(s.base, s.model, seed)}
     for entry in decode.split(","):
         conc, tokens, rounds = map(int, entry.split(":"))
@@ -123,7 +151,8 @@ def measure(s: Server, seed: int, decode: str, prefill: tuple[int, int]) -> dict
                            for r in range(rounds)]
     if prefill[1]:
         row["prefill"] = client.prefill(s.base, s.model, prefill[0], prefill[1], seed + 7)
-    row["kernels_compiled_while_serving"] = cache_entries(s.triton) - before
+    new = [name for key, name in cached_kernels(s.triton).items() if key not in before]
+    row["kernels_compiled_while_serving"], row["compiled_while_serving"] = len(new), sorted(new)
     return row
 
 
@@ -167,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     servers = [Server(n, args.stacks, args.mode, logs) for n in args.stack]
     result = {"mode": args.mode, "stacks_file": str(args.stacks), **header(), "runs": {}}
+    ours = radiance_kernels()
     try:
         if args.parallel_start:
             for s in servers:
@@ -174,15 +204,12 @@ def main(argv: list[str] | None = None) -> int:
         for s in servers:
             if s.proc is None:
                 s.start()
-            ready_s = s.wait(args.startup_s)
-            print(f"== {s.name} ({s.mode}) ready after {ready_s:.0f} s", flush=True)
-            run = {"quant": s.quant, "env": s.env, "ready_s": ready_s, "log": str(s.log), "rss_gib": s.rss_gib()}
-            prefill = (256, 2) if args.quick else tuple(map(int, args.prefill.split(":")))
-            run |= measure(s, args.seed, QUICK if args.quick else args.decode, prefill)
-            run["launcher"] = s.launcher_lines()
-            run["jit_monitor_warnings"] = s.jit_warnings()
-            result["runs"][s.name] = run
-            _print(s.name, run)
+            try:
+                result["runs"][s.name] = run = serve_one(s, args, ours)
+                _print(s.name, run)
+            except Exception as e:  # one stack's failure is a result; the others still run
+                result["runs"][s.name] = {"quant": s.quant, "env": s.env, "error": f"{type(e).__name__}: {e}"}
+                print(f"== {s.name} ({s.mode}) FAILED: {e}", flush=True)
             if not args.parallel_start:
                 s.stop()
         if args.relaunch:
@@ -200,7 +227,19 @@ def main(argv: list[str] | None = None) -> int:
         for s in servers:
             s.stop()
         args.out.write_text(json.dumps(result, indent=1) + "\n")
-    return 0
+    return 1 if any("error" in r for r in result["runs"].values()) else 0
+
+
+def serve_one(s: Server, args: argparse.Namespace, ours: set[str]) -> dict:
+    ready_s = s.wait(args.startup_s)
+    print(f"== {s.name} ({s.mode}) ready after {ready_s:.0f} s", flush=True)
+    run = {"quant": s.quant, "env": s.env, "ready_s": ready_s, "log": str(s.log), "rss_gib": s.rss_gib()}
+    prefill = (256, 2) if args.quick else tuple(map(int, args.prefill.split(":")))
+    run |= measure(s, args.seed, QUICK if args.quick else args.decode, prefill)
+    run["launcher"] = s.launcher_lines()
+    run["jit_compiles"] = s.jit_compiles()  # what vLLM's monitor named (it may name a kernel once)
+    run["radiance_compiled_while_serving"] = sum(name in ours for name in run["compiled_while_serving"])
+    return run
 
 
 def _print(name: str, run: dict) -> None:
@@ -208,7 +247,8 @@ def _print(name: str, run: dict) -> None:
                     if re.fullmatch(r"c\d+", k))
     p = run.get("prefill")
     pre = f" | prefill {p['prefill_tokens_per_s']:.0f} tok/s, ttft p50 {1000 * p['ttft_p50_s']:.0f} ms" if p else ""
-    print(f"{name:>10}: {dec} tok/s{pre} | compiled while serving: {run['kernels_compiled_while_serving']}", flush=True)
+    print(f"{name:>10}: {dec} tok/s{pre} | compiled while serving: {run['kernels_compiled_while_serving']} "
+          f"(radiance's: {run['radiance_compiled_while_serving']})", flush=True)
 
 
 if __name__ == "__main__":

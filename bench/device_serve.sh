@@ -14,7 +14,7 @@ set -eo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export RADIANCE_HOME=/tmp/rh OUT=${OUT:-/tmp/out} PATH=/tmp/site/bin:$PATH
 # the trimmed vLLM 0.26 has no flashinfer, which its V2 model runner's sampler imports: the V1 runner
-export VLLM_USE_V2_MODEL_RUNNER=0
+export VLLM_USE_V2_MODEL_RUNNER=0 VLLM_USE_FLASHINFER_SAMPLER=0  # and V1 asks flashinfer for its sampler unless told not to
 export BENCH_COMMIT=$(cat .carry/COMMIT 2>/dev/null || echo unknown)  # the commit the tree was sent from
 M=$RADIANCE_HOME/models
 STACKS=bench/stacks/h200.yaml
@@ -65,8 +65,10 @@ for phase in "$@"; do
       python3 bench/bench_serve.py --stacks $STACKS --mode eval $ALL --parallel-start --quick --out $OUT/serve-eval.json \
         --logs /tmp/logs-eval || echo "bench_serve: FAIL"
       tar czf $OUT/logs-eval.tgz -C /tmp logs-eval
-      python3 bench/serve_compare.py checkall $OUT/serve-eval.json || echo "CHECKALL: FAIL"
-      python3 bench/serve_compare.py reference $OUT/serve-eval.json small $M/bench-small/paroquant || echo "reference: FAIL" ;;
+      C="--record $OUT/checks-h200.json"
+      python3 bench/serve_compare.py $C checkall $OUT/serve-eval.json || echo "CHECKALL: FAIL"
+      python3 bench/serve_compare.py $C jit $OUT/serve-eval.json || echo "jit: FAIL"
+      python3 bench/serve_compare.py $C reference $OUT/serve-eval.json small $M/bench-small/paroquant || echo "reference: FAIL" ;;
     prod)
       R=${RELAUNCH-paro}  # RELAUNCH= (empty) skips the second start
       # PROD_S: a deadline (SIGINT: bench_serve still writes what it measured and stops the servers)
@@ -74,10 +76,10 @@ for phase in "$@"; do
         ${R:+--relaunch $R} --startup-s ${STARTUP_S:-540} --out $OUT/serve-prod.json --logs /tmp/logs-prod \
         || echo "bench_serve: FAIL"
       tar czf $OUT/logs-prod.tgz -C /tmp logs-prod
-      [[ " $RUN " == *" small "* ]] && { python3 bench/serve_compare.py reference $OUT/serve-prod.json small \
-        $M/bench-small/paroquant || echo "reference: FAIL"; }
-      [ -f $OUT/serve-eval.json ] || cp /tmp/keep/serve-eval.json $OUT/ 2>/dev/null || true
-      [ -f $OUT/serve-eval.json ] && { python3 bench/serve_compare.py modes $OUT/serve-eval.json $OUT/serve-prod.json \
+      for f in serve-eval.json checks-h200.json; do [ -f $OUT/$f ] || cp /tmp/keep/$f $OUT/ 2>/dev/null || true; done
+      C="--record $OUT/checks-h200.json"
+      python3 bench/serve_compare.py $C jit $OUT/serve-prod.json || echo "jit: FAIL"
+      [ -f $OUT/serve-eval.json ] && { python3 bench/serve_compare.py $C modes $OUT/serve-eval.json $OUT/serve-prod.json \
         || echo "modes: FAIL"; } ;;
     kernels)
       python3 bench/bench_paro.py --out $OUT --shapes gate_up,down,qkv,out --ms 1,4,16,64,2048 --no-sweep --no-extras \

@@ -5,6 +5,7 @@
 
 Inputs (each the output of one run, on the device or the CPU machine, committed as it came back):
 - serve-*.json: bench/bench_serve.py in prod mode (date, GPU or cpu, commit and versions inside);
+- checks-*.json: bench/serve_compare.py --record (CHECKALL, prod against eval, the CPU reference, JIT compiles);
 - paro-*.jsonl: bench/bench_paro.py rows (the paroquant kernels against cuBLAS and vLLM's int4 kernels).
 """
 
@@ -44,7 +45,9 @@ def _label(name: str, run: dict, cpu: bool) -> str:
 
 def serving(path: Path) -> list[str]:
     r = json.loads(path.read_text())
-    runs, v = r["runs"], r.get("versions", {})
+    v = r.get("versions", {})
+    runs = {k: x for k, x in r["runs"].items() if "error" not in x}
+    failed = {k: x for k, x in r["runs"].items() if "error" in x}
     decode = sorted({k for run in runs.values() for k in run if re.fullmatch(r"c\d+", k)}, key=lambda k: int(k[1:]))
     prefill = any("prefill" in run for run in runs.values())
     base = {q: next((x for x in runs.values() if x["quant"] in qs), None)
@@ -60,9 +63,9 @@ def serving(path: Path) -> list[str]:
            "TTFT: one prompt alone." + (" Server memory: resident set of the server and its engine processes after the "
                                      "runs." if all("rss_gib" in run for run in runs.values()) else ""), ""]
     cols = [f"c={k[1:]} ({next(iter(runs.values()))[k][0]['tokens']} tokens)" for k in decode]
-    cols += ["prefill tok/s", "TTFT p50"] if prefill else []
+    cols += ["prefill tok/s", "TTFT p50", "prefill ×awq"] if prefill else []
     cols += ["c=1 ×bf16", "c=1 ×awq"] + (["c=4 ×bf16", "c=4 ×awq"] if "c4" in decode else [])
-    cols += ["c=16 worst round ×awq"] if "c16" in decode else []
+    cols += ["c=16 worst later round ×awq"] if "c16" in decode else []
     rss = all("rss_gib" in run for run in runs.values())
     cols += (["server memory GiB"] if rss else []) + ["kernels compiled while serving"]
     out += ["| stack | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
@@ -71,21 +74,60 @@ def serving(path: Path) -> list[str]:
         cells = [" / ".join(f"{x['tokens_per_s']:.1f}" for x in run[k]) for k in decode]
         if prefill:
             p = run.get("prefill")
-            cells += [f"{p['prefill_tokens_per_s']:.0f}", f"{1000 * p['ttft_p50_s']:.0f} ms"] if p else ["—", "—"]
+            b = (base["awq"] or {}).get("prefill")
+            cells += [f"{p['prefill_tokens_per_s']:.0f}", f"{1000 * p['ttft_p50_s']:.0f} ms",
+                      f(p["prefill_tokens_per_s"] / b["prefill_tokens_per_s"] if b else None)] if p else ["—"] * 3
         cells += [f(_best(run["c1"]) / _best(b["c1"]) if b else None) for b in base.values()]
         if "c4" in decode:
             cells += [f(_best(run["c4"]) / _best(b["c4"]) if b else None) for b in base.values()]
         if "c16" in decode:
             b = base["awq"]
-            cells.append(f(min(x["tokens_per_s"] for x in run["c16"]) / _best(b["c16"]) if b else None))
+            later = run["c16"][1:] or run["c16"]  # the first round also pays vLLM's first-use compiles
+            cells.append(f(min(x["tokens_per_s"] for x in later) / _best(b["c16"]) if b else None))
         cells += [f"{run['rss_gib']:.2f}"] if rss else []
         cells.append(str(run["kernels_compiled_while_serving"]))
         out.append(f"| {_label(name, run, not gpu)} | " + " | ".join(cells) + " |")
+    out += [f"| {_label(k, x, not gpu)} | failed: {x['error'].splitlines()[0]} |" for k, x in failed.items()]
     if "relaunch" in r:
         rl = r["relaunch"]
         out += ["", f"A second start of `{rl['stack']}`: ready after {rl['ready_s']:.0f} s, "
                     f"{rl['kernels_compiled']} kernels compiled."]
     return out + [""]
+
+
+def checks(path: Path) -> list[str]:
+    """bench/serve_compare.py's outcomes (--record): is what the GPU serves right?"""
+    r = json.loads(path.read_text())
+    c = r["checks"]
+    ok = lambda x: "ok" if x["ok"] else "**FAIL**"  # noqa: E731
+    out = [f"## Correctness of GPU serving: {r['gpu']}, {r['date']}, commit `{r['commit'][:10]}`", "",
+           "`bench/serve_compare.py` on the serving run's results and logs (the tolerances are stated beside each "
+           "check in that script).", ""]
+    if "checkall" in c:
+        out += ["Eval mode, `RADIANCE_PQ_CHECKALL`: every quantized linear's output against the exact reference "
+                "(relative error, the first calls of each layer).", "",
+                "| stack | method | layers | calls | max rel | tolerance | |", "|---|---|---|---|---|---|---|"]
+        out += [f"| `{k}` | {x['kind']} | {x['layers']} | {x['calls']} | {x['max_rel']:.2e} | {x['tolerance']} | "
+                f"{ok(x)} |" for k, x in c["checkall"].items()] + [""]
+    if "modes" in c:
+        rule = next(iter(c["modes"].values()))["tolerance"]["rule"]
+        out += [f"Prod mode (torch.compile, CUDA graphs) against eval mode (eager), prompt-token logprobs of the "
+                f"same requests (nats; tolerance: {rule}); greedy tokens: generated tokens that agree before the first "
+                "divergence (random weights give near-flat distributions, so ties flip early; reported, not judged).",
+                "", "| stack | max \|Δ\| | mean \|Δ\| | greedy agree | |", "|---|---|---|---|---|"]
+        out += [f"| `{k}` | {x['prompt_max']:.3f} | {x['prompt_mean']:.4f} | {x['greedy_agree']}/{x['greedy_total']} | "
+                f"{ok(x)} |" for k, x in c["modes"].items()] + [""]
+    if "reference" in c:
+        out += [f"Served prompt logprobs of `{k}` against radiance's CPU reference of the same checkpoint (fp32): "
+                f"{x['logprobs']} tokens, max |Δ| {x['max']:.4f}, mean {x['mean']:.4f} nats (tolerance "
+                f"{x['tolerance']['max']} / {x['tolerance']['mean']}): {ok(x)}." for k, x in c["reference"].items()]
+        out += [""]
+    if "jit" in c:
+        named = sorted({n for x in c["jit"].values() for n in x["named"]})
+        ours = sorted({n for x in c["jit"].values() for n in x["radiance"]})
+        out += [f"Kernels vLLM's JIT monitor saw compiled during requests: {', '.join(named) or 'none'} (vLLM's "
+                f"own); radiance's: {', '.join(ours) or 'none'}.", ""]
+    return out
 
 
 def kernels(path: Path) -> list[str]:
@@ -123,6 +165,8 @@ def page() -> str:
              "[nvidia.md](nvidia.md#measuring).", ""]
     for p in sorted(RESULTS.glob("serve-*.json")):
         lines += serving(p)
+    for p in sorted(RESULTS.glob("checks-*.json")):
+        lines += checks(p)
     for p in sorted(RESULTS.glob("paro-*.jsonl")):
         lines += kernels(p)
     return "\n".join(lines).rstrip() + "\n"
