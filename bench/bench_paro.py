@@ -114,7 +114,7 @@ def variants(m, i8):
     # wgmma (W4A16, sm_90; bm tokens x bn weight rows): fp16 wgmma on weights dequantized into its
     # register operand; elsewhere it raises and the sweep reports and skips it. On 3 stages (offline
     # sm_90): 128 x 64 168 registers, 96 KB of ring -> two programs per SM; 64 x 64 126, 48 KB -> four;
-    # 64 x 128 on 8 warps 126, 48 KB -> two. None beat the table's tiles (RESULTS paroquant run 17, call 9)
+    # 64 x 128 on 8 warps 126, 48 KB -> two. None beat the table's tiles on the H200
     wg = () if i8 else ((128, 128, 8, 3, "wgmma"), (256, 128, 8, 3, "wgmma"), (64, 128, 8, 3, "wgmma"),
                         (128, 64, 4, 3, "wgmma"), (64, 64, 4, 3, "wgmma"), (64, 64, 4, 4, "wgmma"),
                         (128, 64, 4, 4, "wgmma"))
@@ -138,7 +138,7 @@ def variants(m, i8):
                 ((64, 4, 4, 0), (128, 4, 4, 0), (128, 8, 3, 0), (64, 4, 4, -2), (128, 4, 3, -2),
                  (64, 4, 2, 0), (128, 4, 2, 0), (64, 4, 2, -2))]
     if not i8:  # the sm_90 fused kind with its smallest token tile: on the wide layers pq2's wgmma
-        # kernel beat its decode-band kernel from M = 17 (RESULTS pq2 run 18); not yet timed for paroquant
+        # kernel beat its decode-band kernel from M = 17 on the H200; not yet timed for paroquant
         out += [ops.Tile(64, bn, w, st, 1, "wgmma") for bn, w, st in ((128, 8, 3), (64, 4, 3), (64, 4, 4))]
     if not i8 and m <= 4:
         out += [ops.Tile(1, bn, w, st, sp, "gemv", gpi) for bn, w, st, sp, gpi in

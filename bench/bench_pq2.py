@@ -280,7 +280,7 @@ def report(path: str) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--report":  # python bench/bench_pq2.py --report bench/results.jsonl
+    if len(sys.argv) == 3 and sys.argv[1] == "--report":  # python bench/bench_pq2.py --report DIR/results.jsonl
         print(report(sys.argv[2]))
     else:
         sys.exit(main())

@@ -44,7 +44,7 @@ def null_kernel(OUT, n):
 def launch_cost(out: torch.Tensor) -> dict[str, float]:
     """µs per launch of a kernel that does nothing, replayed back to back in a CUDA graph: one
     program, and grids of 1 and 4 programs per SM (4 warps each) -- the floor under any kernel's
-    time in a graph (a busy kernel overlaps part of it: RESULTS paroquant run 22, calls 5-6)."""
+    time in a graph (a busy kernel overlaps part of it)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     return {f"floor_null_{g}": graph_time([lambda g=g: null_kernel[(g,)](out, 0, num_warps=4)] * 8)
             for g in (1, sms, 4 * sms)}
@@ -100,7 +100,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--shapes", default=",".join(SHAPES))
-    ap.add_argument("--run", type=int, default=None, help="the RESULTS run number written into each row")
+    ap.add_argument("--run", type=int, default=None, help="a run number written into each row")
     args = ap.parse_args()
     date, gpu, bw = run_header()
     gen = torch.Generator(device="cuda").manual_seed(0)

@@ -1,5 +1,5 @@
 """Numerics of the gfx1201 paroquant kernels built as CUDA (emulated WMMA) on an NVIDIA GPU, as a
-markdown table for bench/RESULTS.md (gfx1201 section).
+markdown table on stdout.
 
     python3 bench/hip_numerics.py LIB.so [LIB_WPERM0.so]
 

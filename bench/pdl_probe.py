@@ -1,9 +1,10 @@
 """Programmatic dependent launch at decode (kernels/pdl.py): each decode GEMM that can take it,
 timed with and without, paired in one call (one graph per variant, alternated ABAB), with the
 tables' rules lifted so every tile is measured (pq2: dp4a at M = 1, gluon at M = 2..8; paroquant:
-mma_gl at every split and token tile). Run 23 also timed, and did not keep, pq2's planes at
-M = 9..16 with its split-K reduce dependent on it in turn (call 6: +14 to +31 %) and paroquant's
-prologue triggering at each program's end instead of its start (call 9: −3 to +2 %). Each pair's outputs, replayed in a CUDA graph, must be bit-identical.
+mma_gl at every split and token tile). Not probed (slower or a tie on the H200): pq2's planes at
+M = 9..16 with its split-K reduce dependent on it in turn, and paroquant's prologue triggering at
+each program's end instead of its start. Each pair's outputs, replayed in a CUDA graph, must be
+bit-identical.
 
     python bench/pdl_probe.py --out DIR [--shapes out,qkv,down,gate_up] [--ms 1,2,4,8]
 """

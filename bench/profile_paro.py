@@ -1,5 +1,5 @@
 """ncu target: the paroquant decode kernels -- on gate_up the table's `mma_gl` (cp.async ring) at
-M = 1, 8 and 16 and run 13's M = 1 / 2 tiles (`gemv_gl`, `mma_gl` with the register prefetch); on the
+M = 1, 8 and 16 and two other M = 1 tiles (`gemv_gl`, `mma_gl` with the register prefetch); on the
 other shapes named in argv 1 (bench_pq2.SHAPES names, comma list; default gate_up) the table's tile
 at M = 1 -- and bench/floor.py's streaming read of each layer's weight bytes, two launches each.
 With `SHAPES M KIND:BM,BN,WARPS,STAGES` (e.g. `gate_up,down 2048 wgmma:256,128,8,3`) that tile on

@@ -2,10 +2,10 @@
 
 `mma_gl` (paroquant) reads, per program, BN rows x 64 bytes of one group, then the same rows of
 the next group N x 64 bytes further on: `gps` separate runs of BN x 64 bytes. Its M = 1 GEMM alone
-reads at ~0.7x the rate of bench/floor.py's streaming read of the same bytes (RESULTS run 15).
+reads at ~0.7x the rate of bench/floor.py's streaming read of the same bytes on the H200.
 This times a plain read of the layer's bytes in exactly that pattern (same grid, same tile, a
 cp.async pipeline of `stages`) against the same read with each program's bytes contiguous
-(block-major: [N / BN, G, BN, 64 B], what pq2's run 12 did for its GEMV), and the streaming floor.
+(block-major: [N / BN, G, BN, 64 B], as pq2 lays out its weights for its GEMV), and the streaming floor.
 
     python bench/read_pattern.py --out DIR
 """
@@ -25,7 +25,7 @@ from floor import best_read  # bench/
 from timing import graph_time
 
 SHAPES = {"gate_up": (34816, 5120, 128, 2), "down": (5120, 17408, 64, 8), "qkv": (14336, 5120, 64, 4),
-          "out": (5120, 6144, 64, 8)}  # N, K, the table's BN and split at M = 1 (run 14)
+          "out": (5120, 6144, 64, 8)}  # N, K, the table's BN and split at M = 1
 
 
 @triton.jit

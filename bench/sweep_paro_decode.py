@@ -46,9 +46,8 @@ def tiles(m: int, n: int, groups: int, sms: int, kinds: str):
         for (warps, rt), split in itertools.product(((4, 1), (4, 2), (2, 1), (2, 2), (4, 4), (8, 1)), (1, 2, 4, 8, 16)):
             yield ops.Tile(8 if m <= 8 else 16, 16 * warps * rt, warps, 1, split, "mma_gl")
     if m <= 16 and "mma_ring" in kinds:  # mma_gl through a cp.async ring (stages 3+: everything, not only the weights)
-        # run 15 added 8 warps per program ((8, 1), (8, 2): twice the warps per scheduler at the same
-        # grid -- ncu had one eligible warp per scheduler) and (2, 1), and split 1: none won, and
-        # 8 warps and 2 stages (weights only) are no longer swept
+        # 8 warps per program (twice the warps per scheduler at the same grid -- ncu had one eligible
+        # warp per scheduler) never won, nor did 2 stages (weights only): neither is swept
         # above M = 8 also 8-token tiles: two programs per weight tile, launched next to each other
         # (the token tile is the fastest grid index), the second reading the weights from L2
         for bt, (warps, rt), stages, split in itertools.product((8,) if m <= 8 else (8, 16), ((4, 1), (4, 2), (2, 2), (2, 1)),

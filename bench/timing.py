@@ -41,10 +41,9 @@ def graph_time(fns, iters: int = 20) -> float:
 
 def copy_bandwidth() -> float:
     """Read + write bytes per second of a 1 GiB fp32 device copy in a CUDA graph, best of three
-    after warming the clocks: the issue's roofline. On the lent H200 it measured 2.70-2.76 TB/s in
-    every run (RESULTS runs 1-22), warm or not, while cuBLAS reads bf16 weights at 3.9-4.1 TB/s and
-    bench/floor.py's streaming reads reach 4.3: a copy-based roofline is ~1.45x a read-only one
-    (RESULTS "Two rooflines")."""
+    after warming the clocks: the issue's roofline. On the H200 it measures 2.70-2.76 TB/s, warm or
+    not, while cuBLAS reads bf16 weights at 3.9-4.1 TB/s and bench/floor.py's streaming reads reach
+    4.3: a copy-based roofline is ~1.45x a read-only one."""
     w = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     for _ in range(20):
         w @ w  # noqa: B018 -- warm the clocks

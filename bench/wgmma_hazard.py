@@ -1,4 +1,4 @@
-"""Offline check for the register-A wgmma race (RESULTS paroquant run 17): a Gluon kernel that keeps
+"""Offline check for the register-A wgmma race (found in paroquant's wgmma kernel): a Gluon kernel that keeps
 an asynchronous wgmma with its A operand in registers in flight must not let anything rewrite those
 registers before the `wgmma.wait_group` that retires it -- ptxas does not protect them, and Triton
 frees a value once Python no longer uses it. This reads SASS and reports every instruction that

@@ -32,14 +32,12 @@ GEMV_MAX_M = 1  # W4A16 rows up to this run the Triton CUDA-core gemv (one progr
 GEMV_GL_MAX_M = 2  # ... and up to this the Gluon one (all rows in one program), where mma_gl does not take them:
 MMA_GL_MAX_M = 16  # W4A16 rows 1..this on sm_80+: the Gluon tensor-core kind (8 tokens per program, 16 above 8)
 # BN-64 decode programs that split-K leaves with this few groups run one m16 row tile per warp on
-# 4 warps instead of two on 2 (RESULTS paroquant run 22: out, 6 groups per program, -4 to -7 % at
-# M = 1 / 2 / 8; qkv at 10 groups lost 8-11 %, down at 17 tied)
+# 4 warps instead of two on 2: on the H200 faster on out (6 groups per program) at M = 1..8, while
+# qkv at 10 groups lost and down at 17 tied
 SHORT_SPLIT_GROUPS = 8
 # 8-token mma_gl tiles launched dependent on their prologue (kernels/pdl.py, sm_90+) up to this
-# split. H200 run 23 (call 3), µs without / with at M = 1 / 8: gate_up (split 2) 36.7 / 39.8 ->
-# 34.8 / 37.8, qkv (split 4) 21.8 / 23.0 -> 21.0 / 22.6; down and out (split 8) lost 4-10 % (25.7 ->
-# 28.4, 14.1 -> 14.7 at M = 1); qkv's 16-token tile (split 2, 3 stages, M = 9..16) lost 20 % (call 6:
-# 25.4 / 26.3 -> 30.6 / 31.6 at M = 12 / 16)
+# split: on the H200 it saves a few % on gate_up (split 2) and qkv (split 4) at M = 1..8, while
+# down and out (split 8) and qkv's 16-token tile (split 2, 3 stages, M = 9..16) are slower with it
 PDL_MAX_SPLIT = 4
 # its 16-token tile on a stream-K grid takes 165 registers (offline SASS, sm_90): 3 programs of 4 warps per SM
 STREAM_PER_SM_16 = 3
@@ -50,10 +48,10 @@ STREAM_PER_SM_16 = 3
 # RTX 2060's bandwidth and FMA rate against the scratch path's 5x weight traffic, not measured.
 TURING_GEMV_MAX_M = 8
 # sm_90 W4A16 prefill rows up to this run the fused wgmma kind on layers at least this wide, the
-# scratch + cuBLAS path above: RESULTS paroquant run 17 -- at M = 128 / 256 the fused kernel took
-# gate_up 144 / 204 us and qkv 58 / 82 against the scratch path's 238 / 271 and 103 / 122 (its
-# dequant of the whole weight does not shrink with M); down and out (N = 5120: too few programs
-# without split-K) and every shape from M = 512 on except gate_up are faster on the scratch path
+# scratch + cuBLAS path above: on the H200 at M = 128 / 256 the fused kernel beats the scratch path
+# on gate_up and qkv by 1.3-1.8x (the scratch path's dequant of the whole weight does not shrink
+# with M); down and out (N = 5120: too few programs without split-K) and every shape from M = 512
+# on except gate_up are faster on the scratch path
 WGMMA_MAX_M = 256
 WGMMA_MIN_N = 8192
 WGMMA_BT128_MAX_M = 128  # prefill rows up to this take the 128-token wgmma tile, 256 tokens above
@@ -129,7 +127,7 @@ def smem_limit(cap: tuple[int, int]) -> int:
 def scratch_gemm_preferred(cap: tuple[int, int], i8: bool) -> bool:
     """Prefill (M above the decode band) through dequant-to-scratch + cuBLAS: by default for W4A16
     on every GPU -- on the H200 it beat the fused Triton GEMM at every prefill M measured (128..2048,
-    all four 27B shapes, 1.03-2.9x; RESULTS "Prefill") and below Ampere the fused tile that fits
+    all four 27B shapes, by 1.03-2.9x) and below Ampere the fused tile that fits
     64 KB is too small for the tensor cores. W4A8 keeps its int8 GEMM (the scratch path multiplies
     fp16 activations, so asking for both is an error). RADIANCE_PQ_SCRATCH_GEMM=0/1 overrides."""
     raw = knob("RADIANCE_PQ_SCRATCH_GEMM")
@@ -173,8 +171,8 @@ def use_int8(cap: tuple[int, int]) -> bool:
 
 
 def gemv_kind(cap: tuple[int, int]) -> str:
-    """The M = 1 W4A16 kernel: on sm_80+ the tensor-core `mma_gl` (RESULTS run 14: fed by a cp.async
-    ring it is ahead of the CUDA-core GEMV on gate_up, down and qkv, ~3 % behind on out), below that
+    """The M = 1 W4A16 kernel: on sm_80+ the tensor-core `mma_gl` (fed by a cp.async ring, on the
+    H200 it is ahead of the CUDA-core GEMV on gate_up, down and qkv, ~3 % behind on out), below that
     the Gluon CUDA-core GEMV, and the plain Triton one where Gluon cannot run (the CPU interpreter).
     RADIANCE_PQ_GEMV=mma|gluon|triton picks one (paired before/after runs)."""
     raw = knob("RADIANCE_PQ_GEMV")
@@ -203,34 +201,26 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
     kind (M = 1: unless RADIANCE_PQ_GEMV picks a CUDA-core GEMV); else with M <= GEMV_GL_MAX_M
     (Gluon) or GEMV_MAX_M (plain Triton) -- on sm_75 up to TURING_GEMV_MAX_M -- CUDA cores; above,
     and for W4A8, the Triton tensor-core kinds."""
-    # measured on the H200 (bench/sweep_paro_decode.py, RESULTS "paroquant"). Gluon gemv
-    # (run 3 sweep): 2 columns x 4 words per thread, 4 warps, everything of the next group prefetched
-    # (stages 3), ~12 programs per SM by split-K (gate_up 42.9 µs with BN 128 split 6; down 29.1,
-    # out 14.6 with BN 64 split 8; 2 groups per step lost everywhere); at M=2 two rows per program
-    # share each decoded word (BN 128, weights prefetched: gate_up 58.4 vs deq 69.6 µs, down 37.2 vs
-    # 43.2), at M=3, 4 the tensor cores win (gate_up 70.5 vs 95.2). Weights 2-4 steps ahead (registers
-    # or the cp.async ring of `gemv_ca`) lost or tied on every shape at M = 1, 2 (run 10).
-    # Triton gemv: BN 16, 2 warps, 4 groups per load. M=3..64 W4A16 (run 6 sweep): deqt, BN 64, 4 warps, 3 stages, split-K to
-    # ~16 programs per SM (8 at BM 64; gate_up M=64 split 2: 102.9 vs deq's 158.0 µs, M=8 66.1 vs
-    # 71.9; down M=64 66.4 vs 90.5). W4A8: deq, the same split rule.
-    # mma_gl (run 10 sweep, M = 2..8, against gemv_gl / deqt): gate_up 46.9-49.4 µs vs 60.7-63.4,
-    # down 30.9-33.5 vs 37.7-40.7, qkv 23.8-26.5 vs 30.9-32.8, out 15.5-17.2 vs 18.2-18.8; 4 warps,
-    # BN 256 on the widest layers, else 64, split-K to ~8 programs per SM (a power of two, <= 8). At
-    # M = 1 gemv_gl stays ahead (gate_up 44.4 vs 45.9), at M = 16 deqt (gate_up 61.4 vs 62.9).
-    # Run 14: mma_gl through a 4-stage cp.async ring carrying the weights, activations, scales and
-    # zero points (ptxas had sunk the register prefetch to the loop's end); two m16 row tiles per
-    # warp: BN 128 on 4 warps on the widest layers (the program's activation copy shared by more
-    # rows), else BN 64 on 2; split-K from the BN-64 block count as before. Call 6 (M = 1 / 2 / 4 / 8,
-    # µs; in brackets the table it replaced, a 3-stage BN-64 ring, timed in the same call): gate_up 39.8 / 40.3 / 41.2 / 42.4 (41.9 / 45.4 /
-    # 45.6 / 45.4), down 26.3 / 27.4 / 27.6 / 27.9 (28.0 / 27.4 / 28.0 / 28.4), qkv and out within 3 %.
-    # Run 19 (M = 12, 16): 16 tokens per program on the same ring beat deqt by 4-9 % on gate_up, down
-    # and qkv (gate_up M = 16 59.6 vs 62.2 µs, down 35.5 vs 38.0, qkv 31.1 vs 33.7) and lost 3 % on
-    # out (19.5 vs 18.9); 3 stages, and split-K to about 5 programs per SM (132-146 registers: 3 to 7
-    # programs fit) -- twice that lost 10-15 % on qkv.
-    # Run 21 (M = 16, ncu): that grid is 544 programs on 396 slots (1.37 waves); on a stream-K grid
-    # of 3 programs per SM (STREAM_PER_SM_16) sharing all (tile, group) steps equally gate_up took
-    # 44.3 µs against 47.8. On the BN-64 layers (down, qkv, out) and at M <= 8 the stream-K grids
-    # lost or tied (1 program per tile fills them already), so they keep split-K
+    # Tuned on the H200 (bench/sweep_paro_decode.py).
+    # mma_gl: the weights, activations, scales and zero points through a 4-stage cp.async ring (ptxas
+    # sinks a register prefetch to the loop's end); two m16 row tiles per warp: BN 128 on 4 warps on
+    # the widest layers (the program's activation copy shared by more rows), else BN 64 on 2; split-K
+    # to ~8 programs per SM counted in BN-64 blocks (a power of two, <= 8). At M = 2..8 it beats
+    # gemv_gl and deqt on every shape; at M = 1 see gemv_kind.
+    # M = 9..16: 16 tokens per program on the same ring (3 stages) beat deqt on gate_up, down and qkv
+    # and lose ~3 % on out; split-K to about 5 programs per SM (132-146 registers: 3 to 7 programs
+    # fit) -- twice that lost on qkv. On gate_up that grid is 544 programs on 396 slots (1.37 waves),
+    # so the BN-128 layers run a stream-K grid of STREAM_PER_SM_16 programs per SM sharing all (tile,
+    # group) steps equally; on the BN-64 layers (down, qkv, out) and at M <= 8 stream-K lost or tied
+    # (1 program per tile fills the GPU already), so they keep split-K.
+    # Gluon gemv (gemv_gl): 2 columns x 4 words per thread, 4 warps, everything of the next group
+    # prefetched (stages 3), ~12 programs per SM by split-K (2 groups per step lost everywhere); at
+    # M = 2 two rows per program share each decoded word, at M = 3, 4 the tensor cores win. Weights
+    # 2-4 steps ahead (registers or the cp.async ring of `gemv_ca`) lost or tied on every shape at
+    # M = 1, 2.
+    # Triton gemv: BN 16, 2 warps, 4 groups per load. W4A16 rows mma_gl does not take, up to M = 64:
+    # deqt, BN 64, 4 warps, 3 stages, split-K to ~16 programs per SM (8 at BM 64) -- faster than deq
+    # (~1.5x on gate_up at M = 64). W4A8: deq, the same split rule.
     kind1 = gemv_kind(cap) if not i8 and (m == 1 or cap < (8, 0)) else None
     if not i8 and cap >= (8, 0) and not interpreting() and (2 <= m <= MMA_GL_MAX_M or kind1 == "mma_gl"):
         bn, warps = (128, 4) if n >= 128 * sms else (64, 2)
@@ -264,12 +254,11 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
 
 
 def prefill_tile(cap: tuple[int, int], i8: bool, m: int = 2048) -> Tile:
-    # W4A16 on sm_90: the fused wgmma kind (RESULTS paroquant run 17: at M = 2048 on gate_up 256 x 128
-    # 1295 us against deq 128 x 256's 1835 and deqt's 1405; 128-token tiles up to M = 128), except
-    # under the CPU interpreter, which runs no Gluon. Before it,
-    # measured at M=2048 on gate_up: W4A16 deq 128x256 2272 µs (128x128: 2567); W4A8 fold
-    # 128x64 on 2 stages capped at 168 registers (3 programs per SM instead of 2) 1710 µs, uncapped
-    # 1905, on 4 stages 1914 (RESULTS run 9); 1608 once the codes carry the zero point (run 10). The cap is sm_90's: for sm_86 the same tile compiles to
+    # W4A16 on sm_90: the fused wgmma kind (on the H200 at M = 2048 on gate_up 256 x 128 beats deq
+    # 128 x 256 and deqt; 128-token tiles up to M = WGMMA_BT128_MAX_M), except under the CPU
+    # interpreter, which runs no Gluon. Elsewhere W4A16 runs deq 128 x 256 (on the H200 faster than
+    # 128 x 128); W4A8 fold 128 x 64 on 2 stages capped at 168 registers: 3 programs per SM instead
+    # of 2, faster than uncapped or on 4 stages. The cap is sm_90's: for sm_86 the same tile compiles to
     # mma.sync with 253 registers, and capped it spills (offline SASS: 168 stack bytes, 73 local
     # loads/stores per group) -- unmeasured there, so the compiler's choice.
     if cap[0] == 9 and not i8 and not interpreting():

@@ -2,9 +2,9 @@
 its activation pass (pq2's quantizer, paroquant's rotation prologue) still runs, and waits for it
 with `griddepcontrol.wait` at its top, so its own launch latency hides behind the pass.
 
-Only the launch: the GEMM does nothing before the wait. Work done there on the H200 (RESULTS run
-23) lost or tied: the program's weights prefetched into L2 per thread (+15 to +63 % against waiting
-at the top) or by the TMA unit (+3 to +26 %), its first step's loads (a tie). Arithmetic is
+Only the launch: the GEMM does nothing before the wait. Work done there lost or tied on the H200:
+the program's weights prefetched into L2 per thread or by the TMA unit (both slower than waiting at
+the top), its first step's loads (a tie). Arithmetic is
 unchanged, so outputs are bit-identical with and without it. Where it loses (paroquant's split-8 and
 16-token tiles, pq2's planes) the tables leave the launch serial. Off below sm_90 (the instructions
 do not exist there). RADIANCE_PDL: `auto` (default) on where the GPU has it, `on` requires it, `off`.

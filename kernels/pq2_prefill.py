@@ -57,7 +57,7 @@ def run_gluon_ws(layer, q, a, t, y, m, tile: table.Tile) -> None:
     if tile.warps != 4 or tile.bn not in (64, 128) or tile.bt not in (32, 64, 128) \
             or tile.splits != 1 or tile.stages < 2 or tile.overlap:
         raise table.Pq2ConfigError(f"gluon_ws tile {tile}: 4 warps (one warpgroup), bn 64 or 128 (within one weight "
-                                   "block), bt 32, 64 or 128, stages >= 2, no split-K, no overlap (RESULTS run 24)")
+                                   "block), bt 32, 64 or 128, stages >= 2, no split-K, no overlap")
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 

@@ -3,7 +3,7 @@
 Imports only torch (and the format modules). Works on CPU and CUDA, in float32 and float64;
 bf16/fp16 inputs are computed in float32 and returned in their own dtype.
 
-paroquant (DESIGN.md "Formats"; convention checked against z-lab's paroquant code)::
+paroquant (docs/formats.md; convention checked against z-lab's paroquant code)::
 
     y = x W^T = ((x * channel_scales) R^T) dequant(Q)^T
 
@@ -231,7 +231,7 @@ def _grouped(x: torch.Tensor, group_size: int) -> torch.Tensor:
 def div_rn(a: torch.Tensor, b: torch.Tensor | float) -> torch.Tensor:
     """The correctly rounded fp32 quotient on every device: computed in fp64, rounded once to fp32
     (53 >= 2*24 + 2 bits, so the double rounding is exact). torch's fp32 `/` on CUDA tensors
-    disagreed with IEEE division (and so with the kernels' div_rn) on ~1 value in 2000 (H200 run 8)."""
+    disagreed with IEEE division (and so with the kernels' div_rn) on ~1 value in 2000 on the H200."""
     return (a.double() / (b.double() if isinstance(b, torch.Tensor) else b)).float()
 
 

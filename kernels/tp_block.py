@@ -146,7 +146,7 @@ def _rms_norm(h: torch.Tensor) -> torch.Tensor:
 
 def block_forward(layers: list[dict], x: torch.Tensor, dims: Dims, world: int) -> torch.Tensor:
     # The norm-fed linears (QKV, gate_up) see RMS-normalized rows as in a real decoder; without
-    # it the residual grows past fp16's range in two layers (the 2026-11-29 device run: NaN).
+    # it the residual grows past fp16's range within two layers (NaN).
     q_local, inter_local = dims.q // world, dims.inter // world
     h = x
     for lyr in layers:

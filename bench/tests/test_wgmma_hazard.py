@@ -1,5 +1,5 @@
-"""bench/wgmma_hazard.scan on hand-written SASS in nvdisasm's layout: it must flag the race paroquant
-run 17 found (the next loop step rewriting the A registers of the wgmma group left in flight) and
+"""bench/wgmma_hazard.scan on hand-written SASS in nvdisasm's layout: it must flag the race found in
+paroquant's wgmma kernel (the next loop step rewriting the A registers of the wgmma group left in flight) and
 pass the fixed pattern (those registers rewritten only after the wait that retires them)."""
 
 import sys

@@ -3,7 +3,7 @@
 Setup cost: first run ~2 min (debootstrap base ~90 s + deps layer ~20 s, both cached in
 $RADIANCE_HOME/images and podman's store); later runs ~15 s (radiance wheel build + container boot
 + pip install of the wheel). The tests themselves take ~60-75 s (a 3 s port hold, short timeouts;
-measured 2026-11-29 on the 2-core machine under load).
+on the 2-core machine under load).
 
 The stacks' units are rendered by `radiance render` from a stack file, installed, and their
 ExecStart is swapped by a systemd drop-in for `radiance.testing.fake_vllm` (a FAKE vLLM: three

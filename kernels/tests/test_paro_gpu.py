@@ -75,7 +75,7 @@ def test_prologue_int8_matches_quant_int8_group(gen):
     tab = pr.build_tables([rnd.rotation_of(t)])
     qr, sr = reference.quant_int8_group(reference.rotate(x, t.pairs, t.theta, t.channel_scales))
     # the rotation's rel. gate; codes may flip by one where a value sits near a rounding midpoint,
-    # at a rate that grows with that gate (dense: 1.03e-4 of the codes in run 8, against the
+    # at a rate that grows with that gate (dense: 1.03e-4 of the codes on the H200, against the
     # reference quantizer made IEEE-exact on CUDA by reference.div_rn)
     for dense, tol, flip_rate in ((False, 1e-6, 1e-4), (True, 1e-5, 1e-3)):
         q, s, rs = pr.rotate(x, tab, pr.I8G, dense=dense)

@@ -74,7 +74,7 @@ def test_turing_decode_rows_stay_on_the_gemv_then_go_to_the_scratch(monkeypatch)
     (17, 5120, 48, ops.Tile(32, 64, 4, 3, 8, "deqt")),  # above MMA_GL_MAX_M the Triton kind
 ])
 def test_h200_decode_table(monkeypatch, m, n, groups, want):
-    # the run 14 sweep's choices on the 27B shapes (132 SMs, sm_90)
+    # the H200 sweep's choices on the 27B shapes (132 SMs, sm_90)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.delenv("RADIANCE_PQ_GEMV", raising=False)
     assert ops.decode_tile(m, n, groups, 132, (9, 0)) == want

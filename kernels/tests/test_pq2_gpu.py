@@ -143,8 +143,8 @@ def test_quant_matches_reference_bitwise():
         x = torch.randn(37, 5120, device=dev, dtype=dtype) * 3
         x[0, :128] = 0  # an all-zero group: scale 0, codes 0
         q, a, t = pq2_ops.quantize_activations(x, planes=False)
-        # judged on the CPU and on CUDA tensors: reference.div_rn makes both IEEE (run 8 found
-        # torch's CUDA fp32 `/` off by an ulp on ~1 value in 2000, enough to flip a code)
+        # judged on the CPU and on CUDA tensors: reference.div_rn makes both IEEE (torch's CUDA
+        # fp32 `/` is off by an ulp on ~1 value in 2000 on the H200, enough to flip a code)
         for judge in (x.cpu(), x):
             rq, ra = reference.quant_int8_group(judge)
             assert torch.equal(a.cpu(), ra.cpu()), f"{dtype} on {judge.device}: activation scales differ"

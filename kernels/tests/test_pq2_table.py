@@ -43,8 +43,8 @@ def test_gluon_band_is_the_tuned_sets_only():
     assert table.select_path("tuned", 2, {"RADIANCE_PQ2_SMALL": "dp4a"}, (9, 0))[0] == "dp4a"
     assert table.select_path("tuned", 2, {}, (7, 5))[0] == "dp4a"  # Turing: no int8 MMA in Triton
     assert table.tile_for("dp4a", 5120, 17408, 2, 132, True, "sm_90").mr == 2
-    # the H200 entries (run 10) and the heuristic elsewhere: 8 tokens per MMA, split-K on narrow layers
-    # gate_up on a stream-K grid (run 21), lm_head the same tile on tiles x splits
+    # the H200 entries and the heuristic elsewhere: 8 tokens per MMA, split-K on narrow layers
+    # gate_up on a stream-K grid, lm_head the same tile on tiles x splits
     assert table.tile_for("gluon", 34816, 5120, 4, 132, True, "sm_90") == table.Tile(bn=128, bt=8, bc=2, stages=1, persist=3)
     assert table.tile_for("gluon", 248320, 5120, 4, 132, True, "sm_90") == table.Tile(bn=128, bt=8, bc=2, stages=1)
     assert table.tile_for("gluon", 5120, 17408, 4, 132, True, "sm_86").splits == 8
@@ -55,7 +55,7 @@ def test_wgmma_prefill_on_sm90_only():
     assert table.select_path("tuned", 2048, {}, (9, 0)) == ("gluon_wgmma", True)
     assert table.select_path("tuned", 2048, {}, (9, 0), n=34816) == ("gluon_wgmma", True)
     assert table.select_path("tuned", 64, {}, (9, 0))[0] == "planes"
-    # the warp-specialized kernel (run 24): M = 17..64 of the wide layers, M = 65..512 of the narrow ones
+    # the warp-specialized kernel: M = 17..64 of the wide layers, M = 65..512 of the narrow ones
     assert table.select_path("tuned", 17, {}, (9, 0), n=34816)[0] == "gluon_ws"
     assert table.select_path("exact", 64, {}, (9, 0), n=table.WGMMA_MIN_N) == ("gluon_ws", False)  # bit-identical
     assert table.select_path("tuned", 65, {}, (9, 0), n=34816)[0] == "gluon_wgmma"
@@ -133,7 +133,7 @@ def test_measured_table_wins():
     # the H200 entries: one per measured shape and class, splits only in tuned
     assert table.tile_for("planes", 5120, 17408, 4, 132, True, "sm_90").splits == 8
     assert table.tile_for("dp4a", 34816, 5120, 1, 132, True, "sm_90") == table.Tile(bn=16, bc=8, rr=2)
-    assert table.tile_for("dp4a", 34816, 5120, 1, 132, True, "sm_86").rr == 2  # the heuristic: run 13's wide tile
+    assert table.tile_for("dp4a", 34816, 5120, 1, 132, True, "sm_86").rr == 2  # the heuristic: the H200's wide tile
     assert table.tile_for("dp4a", 34816, 5120, 3, 132, True, "sm_86") == table.Tile(bn=16, bc=8, mr=4)  # token rows
 
 

@@ -14,7 +14,7 @@ column), so every activation it loads is reused R times from registers, and MR r
 (M = 2..4 in one program) so every weight word it decodes is reused MR times. Weights of the next step
 are loaded before this step's arithmetic (PREFETCH=1; 2 also the activations and scales). Deeper
 weight pipelines -- WDEPTH steps ahead in registers, or a cp.async ring of RING shared-memory
-buffers (kind `gemv_ca`) -- were timed on the H200 and did not win (RESULTS run 10): more bytes in
+buffers (kind `gemv_ca`) -- were timed on the H200 and did not win: more bytes in
 flight is not what this loop lacks.
 Arithmetic as in paro_gemm: nibble -> 2^23 + c*16^s by OR-ing an exponent (exact), one subtract,
 one FMA with the plane-ordered, pre-scaled activation (prologue mode ROT32P); per group

@@ -2,7 +2,7 @@
 words unpacked straight into the registers of mma.sync m16n8k16's A operand, fed by a cp.async ring.
 
 Why: the CUDA-core gemv issues ~4.4 instructions per weight nibble (unpack, exact subtract, FMA),
-close to the issue budget the weight stream leaves (RESULTS run 10). Here the MMA does the
+close to the issue budget the weight stream leaves. Here the MMA does the
 multiply-adds; a nibble costs ~1.1 instructions of unpacking.
 
 The layout trick: K is a reduction, so which physical channel sits at which logical k of the MMA
@@ -22,7 +22,7 @@ acc += dot * (sc * S) - (sc * d) * RS with RS = S * sum q from the prologue (par
 Split-K: paro_gemv_gluon.finish_tile (partials, an atomic ticket, the last program sums in split
 order); on a stream-K grid (STREAM) the same, with a tile's contributors in program order.
 
-Feeding it: loads meant for the next group are moved by ptxas next to their use (RESULTS run 14),
+Feeding it: loads meant for the next group are moved by ptxas next to their use,
 so the operands go through shared memory instead -- a ring of `stages` buffers filled by cp.async
 `stages - 1` groups ahead: the weights alone at 2 stages, from 3 also the activation words, scales,
 zero points and the tokens' scales / sums (the table's choice: 4 stages).
@@ -219,7 +219,7 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
     # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens.
     # RING = 0: the next group's weights load into registers ahead of this group's arithmetic --
     # but ptxas sinks those loads to the end of the loop body (short live ranges), so each step
-    # starts by waiting a whole DRAM round trip (ncu, RESULTS run 14). RING >= 2: the weights
+    # starts by waiting a whole DRAM round trip (ncu). RING >= 2: the weights
     # stream through a cp.async ring of RING shared-memory stages, RING - 1 groups ahead (each
     # thread reads back only the 16-byte words it copied). ALL: the activation words, scales,
     # zero points and the tokens' scales / sums ride in the same ring (copied cooperatively, so
@@ -227,7 +227,7 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
     # STREAM: the grid is (1, 1, programs), a few per SM, and program p takes the p-th equal share
     # of all (output tile, group) steps in tile-major order -- parts of one or more tiles; a tile's
     # contributors finish it through the split-K partials in program order (stream-K). Equal tiles
-    # x splits leave a wave partly empty (ncu, RESULTS run 21: 544 programs on 396 slots at M = 16).
+    # x splits leave a wave partly empty (ncu: 544 programs on 396 slots on gate_up at M = 16).
     # PDL: launched dependent on the prologue (kernels/pdl.py), which it waits for first.
     if PDL:
         wait_for_producer()
@@ -276,7 +276,7 @@ def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has
     points too (where N is a multiple of 16: cp.async moves 4 bytes or more, and an fp16 scale row
     of another N starts off 16-byte alignment; else the weights only). maxnreg > 0 caps the registers
     per thread (the 16-token tile takes 142 uncapped, 3 programs per SM; capped at 128 it fits 4
-    without spills, and measured no faster: RESULTS paroquant run 20). stream: grid is (1, 1,
+    without spills, and measured no faster on the H200). stream: grid is (1, 1,
     programs) of a stream-K launch (split_finish.stream_programs), not tiles x splits. pdl: launched
     dependent on the kernel before it (kernels/pdl.py; sm_90+)."""
     tiles = bn // (16 * num_warps)  # m16 row tiles per warp

@@ -41,7 +41,7 @@ from radiance.kernels import gpu
 
 GROUP = 128
 ROT32, F16G, I8G, PLAIN, ROT32P, F16GF, PLAINW = 0, 1, 2, 3, 4, 6, 7
-DENSE_MIN_M = 512  # bf16 rows from which the tensor-core path wins on every swept shape (RESULTS run 7)
+DENSE_MIN_M = 512  # bf16 rows from which the tensor-core path wins on every shape swept on the H200
 HILO = 5  # internal: a group matrix as bf16 high and low parts (rotate's dense path)
 
 
@@ -205,10 +205,9 @@ _OUT_DTYPE = {ROT32: torch.float32, F16G: torch.float16, I8G: torch.int8, PLAIN:
 
 
 def prologue_tile(m: int) -> tuple[int, int]:
-    """(rows per program, warps). Measured on the H200 (bench/sweep_prologue.py, RESULTS run 6):
-    small programs win -- a group's gathers stay within fewer warps and more programs are in
-    flight. M=2048: 8 rows on one warp 53.7 µs vs 16 rows on four 66.8 (K=5120); M=16: 4 rows on
-    four warps 3.7 vs 5.1."""
+    """(rows per program, warps). Measured on the H200 (bench/sweep_prologue.py): small programs
+    win -- a group's gathers stay within fewer warps and more programs are in flight (M = 2048: 8
+    rows on one warp beat 16 rows on four by ~20 %; M = 16: 4 rows on four warps won)."""
     if m > 16:
         return 8, 1
     bm = min(4, triton.next_power_of_2(max(m, 1)))
@@ -217,7 +216,7 @@ def prologue_tile(m: int) -> tuple[int, int]:
 
 def dense_tile(mode: int, cap: tuple[int, int]) -> tuple[int, int]:
     """(rows per program, warps) of the tensor-core prologue. sm_90: the H200 sweep
-    (bench/sweep_prologue.py, RESULTS run 7). Below, mma.sync keeps both operands in registers and
+    (bench/sweep_prologue.py). Below, mma.sync keeps both operands in registers and
     those tiles spill 32-312 bytes per thread on sm_86 (kernels/tests/test_offline_compile.py); 64
     rows on 8 warps is the largest that does not, under Triton 3.6 and 3.9 (offline, unmeasured)."""
     if cap >= (9, 0):

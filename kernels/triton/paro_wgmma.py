@@ -3,9 +3,9 @@ dequantized straight into its register A operand, the activations through a cp.a
 
 Why: the scratch path dequantizes the whole weight to fp16 and runs cuBLAS -- a cost that does not
 shrink with M. Fused, each weight is read as 4 bits and dequantized once per program in registers,
-with no per-group fold (the scale is inside the dequantized weight). Measured (bench/RESULTS.md,
-paroquant run 17): 1.3-1.8x faster than the scratch path at M = 65..256 on wide layers (the table's
-band); at M = 2048 the tensor pipe is ~78 % busy and the scratch path stays ahead.
+with no per-group fold (the scale is inside the dequantized weight). On the H200: 1.3-1.8x faster
+than the scratch path at M = 65..256 on wide layers (the table's band); at M = 2048 the tensor pipe
+is ~78 % busy and the scratch path stays ahead.
 
 Layout: per k-half h of a group, lane q of the A fragment holds rows g and g + 8 at k = 2q, 2q + 1,
 2q + 8, 2q + 9 of each k-step of 16: it loads words q + 8h and q + 4 + 8h of each row's 64-byte group

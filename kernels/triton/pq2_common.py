@@ -19,7 +19,7 @@ def block_row(n, groups, RW: tl.constexpr):
     # (32 bytes or 8 words); group g of the row is group_off(g, RW) further. A load of one group for
     # consecutive rows is one contiguous run. Row-major (each row's records K/4 bytes apart),
     # the int8-MMA kernels ran 2-20 % slower; the DP4A GEMV kept its speed once its tile put a
-    # warp's 32 lanes on 16 rows of one group (bench/RESULTS.md run 12).
+    # warp's 32 lanes on 16 rows of one group.
     return (n // ROW_BLOCK) * (groups * (ROW_BLOCK * RW)) + (n % ROW_BLOCK) * RW
 
 

@@ -7,7 +7,7 @@ decode. dot(codes, q) - t per group is the exact ternary dot. BC groups per step
 program, MR token rows per program (each word's planes extracted once, four DP4As per token row);
 SPLITS > 1 splits the groups (fp32 partials, fixed-order `reduce_splits`).
 
-On an H200 the loop waits on its loads (ncu, RESULTS run 13: the L1 at 75 % of its throughput,
+On an H200 the loop waits on its loads (ncu: the L1 at 75 % of its throughput,
 mostly activation loads; DRAM at 57 %), so it is kept lean and its loads few: EVEN tiles
 (N % BN == 0, whole steps per split) without masks, and the next step's loads issued before this
 step's arithmetic (register double buffer instead of a shared-memory pipeline).
@@ -16,7 +16,7 @@ within 128-row blocks (pq2_common.block_row), Triton's coalescing puts a warp's 
 of one group, a contiguous 512-byte run per load, and the warps across groups, so each thread
 reads the activation words of one group only. (A 2-D [BN, BC*8] tile on those weights put a
 warp across 8 groups of 2 rows, 16 separate 32-byte runs per load: 10-30 % slower.)
-RR row sub-tiles share each thread's activation loads across RR weight words (RESULTS run 13).
+RR row sub-tiles share each thread's activation loads across RR weight words.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 straight into the A-operand registers of mma.sync m16n8k32 (int8), 8 bytes per row per lane.
 
 Why: plain Triton's `tl.dot` stages the decoded operand through shared memory, and a naive Gluon
-port (the A layout as loaded) fetched 4 bytes per instruction (RESULTS run 2, slower everywhere).
+port (the A layout as loaded) fetched 4 bytes per instruction and was slower on every shape.
 
 The layout trick: K is a reduction, so which weight sits at which logical k of the MMA is free as
 long as both operands agree. Lane q (= lane % 4) of the A fragment holds logical

@@ -5,7 +5,7 @@ asynchronous int8 wgmma and folds each group's int32 dot into fp32.
 
 Why: `gluon_wgmma` issues its own copies, waits on three CTA barriers per group and loads the next
 group's weights into registers, all from the warps that also fold; ncu found it latency-bound at
-62 % of issue slots (RESULTS run 16), and cutting the fold's instructions did not move it (run 18).
+62 % of issue slots, and cutting the fold's instructions did not move it.
 Here the consumer's only waits are one mbarrier per group and the wgmma itself, and the loader runs
 RING - 1 groups ahead on its own warp.
 
@@ -52,7 +52,7 @@ def _load(q_desc, w_desc, S, T, qring, wring, sring, tring, ready, empty, t0, wr
 def _fold(qring, wring, sring, tring, ready, empty, WS, n0, N, G, BN: gl.constexpr, BT: gl.constexpr,
           WARPS: gl.constexpr, RING: gl.constexpr, W_L: gl.constexpr):
     # group g's fold right after its wgmma: folding group g - 1 while group g's wgmma ran (a second
-    # int32 dot in registers) never won (RESULTS run 24), the other programs on the SM overlap it
+    # int32 dot in registers) never won on the H200: the other programs on the SM overlap it
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BT, 32])
     A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=4)
     LN: gl.constexpr = gl.SliceLayout(1, MMA)

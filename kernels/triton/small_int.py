@@ -2,7 +2,7 @@
 
 The int8 GEMMs turn every output's int32 group dot into fp32 once per group. `I2F`/`I2FP` issue
 at 1/8 of the FP32 rate on sm_80/86/90 (16 per clock per SM; paro_gemm's `_nibble_f16` avoids them
-for the same reason); here they measured as no bound (pq2 prefill unchanged, RESULTS run 7), and
+for the same reason); here they measured as no bound (pq2 prefill unchanged), and
 the shipped one-dot tiles were timed with this form. The exponent trick does it with one integer
 add and one float add: for |v| < 2^22, the bits 0x4B400000 + v read as an fp32 are exactly
 1.5 * 2^23 + v (v lands in the mantissa), and subtracting 1.5 * 2^23 leaves v. A group dot is at

@@ -5,7 +5,7 @@ Each program stores its fp32 partial, takes an atomic ticket for its output tile
 program of the tile sums the partials in split order and writes y, rounded once (deterministic;
 the same fp32 operations as pq2_common.reduce_splits' separate launch). The ticket resets itself
 (the counters and the scratch are allocated once, outside CUDA-graph capture). For a pq2 DP4A GEMV
-with many programs it measured slower than that separate launch (RESULTS run 13).
+with many programs it measured slower than that separate launch on the H200.
 
 Stream-K (the Gluon mma.sync decode kernels of both methods, `STREAM`): a grid of a few programs
 per SM, program p taking the p-th equal share of all (output tile, group) steps, tile-major; a
