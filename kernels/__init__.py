@@ -1,1 +1,1 @@
-"""See DESIGN.md for what lives here."""
+"""The kernels: exact reference numerics, checkpoint formats, Triton/Gluon (NVIDIA), HIP (gfx1201), the build step."""

@@ -1,1 +1,1 @@
-"""See DESIGN.md for what lives here."""
+"""radiance-launch: stack schema, device detection, kernels, chat template, compile caches, exec vLLM (docs/stack-file.md)."""

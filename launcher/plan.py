@@ -26,7 +26,7 @@ from radiance.launcher.template import TemplateError, check_template
 
 STACK_SPEC = "stack"  # "use the stack's `spec` field"
 
-# The one home of the eval/prod defaults (README "Stack file" -> "Modes" describes them).
+# The one home of the eval/prod defaults (docs/stack-file.md describes them).
 MODE_DEFAULTS: dict[str, dict[str, Any]] = {
     # correctness gating: eager (CHECKALL needs it), 32K context, no drafter, no prefix cache
     "eval": {"enforce_eager": True, "max_model_len": 32768, "prefix_caching": False, "spec": 0, "checkall": True},

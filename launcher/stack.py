@@ -54,7 +54,7 @@ def _env_name(k: str) -> str:
     if k == "VLLM_API_KEY":
         raise ValueError(f"VLLM_API_KEY in `env` {_SECRET_HINT}")
     if k.startswith("RADIANCE_") and k not in KNOBS:
-        raise ValueError(f"{k} is not a radiance knob (see the README's Knobs table or radiance/knobs.py)")
+        raise ValueError(f"{k} is not a radiance knob (see docs/knobs.md)")
     return k
 
 

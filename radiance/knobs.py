@@ -1,6 +1,7 @@
 """Every RADIANCE_* environment knob, in one table.
 
-The README's knob table is checked against this one (tests/test_docs.py), and the launcher's
+docs/knobs.md is generated from it (`python -m radiance.knobs > docs/knobs.md`; tests/test_docs.py
+checks it), and the launcher's
 compile-cache key is derived from the `graph` column: a knob that changes what vLLM/inductor
 traces must key the cache, or a warm cache replays a graph built for other code.
 """
@@ -71,23 +72,19 @@ KNOBS: dict[str, Knob] = {
         Knob("RADIANCE_KERNEL_DIR", None, False,
              "Set by `radiance-launch` for vLLM on gfx1201: the directory holding the HIP library built for this device (unset elsewhere: NVIDIA kernels live in `TRITON_CACHE_DIR`)."),
         Knob("RADIANCE_PQ_ROT_STREAM", "0", True,
-             "gfx1201: fused add + RMSNorm + rotate + quant producers. Changes the traced graph.", "-rs"),
+             "Reserved for the fused producers (add + RMSNorm + rotate + quant in one kernel); no kernel reads it yet. Keys the compile cache because it will change the traced graph.", "-rs"),
         Knob("RADIANCE_PQ_ROT_STREAM2", "0", True,
-             "gfx1201: silu-mul / gated-norm / attention-gate rotate producers (needs `RADIANCE_PQ_ROT_STREAM`).", "-rs2"),
+             "Reserved for the fused producers of silu-mul / gated-norm / attention-gate (with `RADIANCE_PQ_ROT_STREAM`); no kernel reads it yet.", "-rs2"),
         Knob("RADIANCE_PQ_I8", "0", True,
-             "gfx1201: int8 activations on the int8 WMMA instead of fp8. NVIDIA sm_80+: W4A8 (int8 per-group activations, int8 tensor-core GEMM) instead of W4A16; on the H200 faster at M = 8..16 (W4A16's tensor-core decode leads at M = 2..4 on most shapes), slower from M = 64 and in prefill (bench/RESULTS.md, paroquant run 10).", "-i8"),
+             "gfx1201: int8 activations on the int8 WMMA instead of fp8. NVIDIA sm_80+: W4A8 (int8 per-group activations, int8 tensor-core GEMM) instead of W4A16; on the H200 faster at M = 8..16 (W4A16's tensor-core decode leads at M = 2..4 on most shapes), slower from M = 64 and in prefill.", "-i8"),
         Knob("RADIANCE_PQ_SCRATCH_GEMM", None, False,
-             "NVIDIA paroquant prefill: `1` dequantizes the weight to an fp16 scratch (one copy of the largest layer's weight, reserved at load) and runs cuBLAS for every prefill row, `0` keeps the fused GEMM (sm_90: `wgmma`, fp16 wgmma on weights dequantized in registers; elsewhere Triton's `deq`); unset = W4A16 through the scratch on every GPU (faster than the fused kernels at M >= 512 on the H200; on sm_75 also for decode rows above 8, where Triton has no tensor-core dot) except on sm_90 rows up to 256 of layers with N >= 8192, which run `wgmma` (bench/RESULTS.md, paroquant run 17); the int8 GEMM for W4A8 (`1` with `RADIANCE_PQ_I8=1` is an error)."),
+             "NVIDIA paroquant prefill: `1` dequantizes the weight to an fp16 scratch (one copy of the largest layer's weight, reserved at load) and runs cuBLAS for every prefill row, `0` keeps the fused GEMM (sm_90: `wgmma`, fp16 wgmma on weights dequantized in registers; elsewhere Triton's `deq`); unset = W4A16 through the scratch on every GPU (faster than the fused kernels at M >= 512 on the H200; on sm_75 also for decode rows above 8, where Triton has no tensor-core dot) except on sm_90 rows up to 256 of layers with N >= 8192, which run `wgmma`; the int8 GEMM for W4A8 (`1` with `RADIANCE_PQ_I8=1` is an error)."),
         Knob("RADIANCE_PQ_SCRATCH_ROWS", "0", False,
-             "NVIDIA paroquant scratch path: weight rows dequantized per piece (a multiple of 128). Each piece is dequantized on a side stream while the GEMM of the piece before it runs, and the scratch holds two pieces instead of the whole largest weight; `0` = the whole weight at once. A memory knob, not a speed one: on the H200 (2026-11-30) pieces of 2048–8704 rows took 3–9 % longer than the whole weight at M = 2048 (gate_up 1257–1305 vs 1199 µs) and within −4..+27 % at M = 512; with 4096 rows a 27B gate_up's scratch is 84 MB instead of 356 MB."),
+             "NVIDIA paroquant scratch path: weight rows dequantized per piece (a multiple of 128). Each piece is dequantized on a side stream while the GEMM of the piece before it runs, and the scratch holds two pieces instead of the whole largest weight; `0` = the whole weight at once. A memory knob, not a speed one: pieces cost a few percent of prefill time on the H200; with 4096 rows a 27B gate_up's scratch is 84 MB instead of 356 MB."),
         Knob("RADIANCE_PQ_GEMV", None, False,
-             "NVIDIA paroquant M = 1 W4A16 kernel (M = 2..16 on sm_80+ run the tensor-core `mma_gl` whatever it says; on sm_75 `gluon` takes up to 8 rows): `mma` (mma.sync with the weights unpacked into its fragments, sm_80+), `gluon` (the CUDA-core GEMV, explicit layouts) or `triton` (the plain Triton GEMV, the one the CPU interpreter runs); unset = `mma` on sm_80+, `gluon` on sm_75, `triton` under `TRITON_INTERPRET=1` (bench/RESULTS.md, paroquant run 14)."),
+             "NVIDIA paroquant M = 1 W4A16 kernel (M = 2..16 on sm_80+ run the tensor-core `mma_gl` whatever it says; on sm_75 `gluon` takes up to 8 rows): `mma` (mma.sync with the weights unpacked into its fragments, sm_80+), `gluon` (the CUDA-core GEMV, explicit layouts) or `triton` (the plain Triton GEMV, the one the CPU interpreter runs); unset = `mma` on sm_80+, `gluon` on sm_75, `triton` under `TRITON_INTERPRET=1`."),
         Knob("RADIANCE_PDL", "auto", False,
-             "NVIDIA decode linears: launch the GEMM while its activation pass (pq2 quantizer, paroquant prologue) still runs, waiting for it in the kernel (programmatic dependent launch). `auto` on sm_90+, `on` requires it (an error below sm_90), `off` never. Bit-identical either way; on the H200 −4 to −9 % at pq2 M = 1 and on paroquant's split ≤ 4 tiles; split-8 tiles lose, so they never use it (bench/RESULTS.md run 23)."),
-        Knob("RADIANCE_PQ_PG", "0", True,
-             "gfx1201: per-group activation scales on the A-tiled prefill band.", "-pg"),
-        Knob("RADIANCE_PQ_ZPE", "0", True,
-             "gfx1201: zero-point correction as a WMMA epilogue on the A-tiled prefill band.", "-zpe"),
+             "NVIDIA decode linears: launch the GEMM while its activation pass (pq2 quantizer, paroquant prologue) still runs, waiting for it in the kernel (programmatic dependent launch). `auto` on sm_90+, `on` requires it (an error below sm_90), `off` never. Bit-identical either way; on the H200 faster at pq2 M = 1 and on paroquant's split ≤ 4 tiles; split-8 tiles lose, so they never use it."),
     ]
 }
 
@@ -95,7 +92,7 @@ KNOBS: dict[str, Knob] = {
 def knob(name: str) -> str | None:
     """Current value of a knob: the environment, else its default. Unknown names are a bug."""
     if name not in KNOBS:
-        raise KeyError(f"{name} is not a radiance knob; add it to radiance/knobs.py and the README table")
+        raise KeyError(f"{name} is not a radiance knob; add it to radiance/knobs.py (docs/knobs.md is generated)")
     return os.environ.get(name, KNOBS[name].default)
 
 
@@ -126,3 +123,21 @@ def graph_suffix(env: dict[str, str] | None = None) -> str:
         if k.graph and k.name in env and env[k.name] != (k.default or ""):
             parts.append(k.suffix or f"-{k.name.removeprefix('RADIANCE_').lower()}={env[k.name]}")
     return "".join(parts)
+
+
+def page() -> str:
+    """docs/knobs.md: every knob, its default, whether it keys the compile cache, what it does."""
+    rows = [f"| `{k.name}` | {f'`{k.default}`' if k.default is not None else 'unset'} | "
+            f"{'yes' if k.graph else 'no'} | {k.doc} |" for k in KNOBS.values()]
+    return "\n".join([
+        "# Knobs", "",
+        "Every `RADIANCE_*` environment variable radiance reads. Generated from `radiance/knobs.py` by "
+        "`python -m radiance.knobs > docs/knobs.md`; do not edit by hand. *Keys the compile cache*: the knob "
+        "changes what vLLM and inductor trace, so `radiance-launch` keeps a separate compile cache per value "
+        "(a warm cache never replays a graph built for other code). Stack files set knobs per stack or mode "
+        "(`env:`).", "",
+        "| knob | default | keys the compile cache | what it does |", "|---|---|---|---|", *rows]) + "\n"
+
+
+if __name__ == "__main__":
+    print(page(), end="")

@@ -1,1 +1,1 @@
-"""See DESIGN.md for what lives here."""
+"""systemd unit and Quadlet templates rendered per stack."""

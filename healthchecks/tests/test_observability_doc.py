@@ -1,4 +1,4 @@
-"""docs/observability.md (linked from the README's "Health and metrics") lists exactly the metrics
+"""docs/observability.md (linked from the README) lists exactly the metrics
 the exporter registers, with their types, and every probe and exporter flag."""
 
 from __future__ import annotations

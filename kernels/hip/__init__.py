@@ -1,1 +1,1 @@
-"""See DESIGN.md for what lives here."""
+"""The gfx1201 paroquant kernels in HIP, built by hipcc at container start (docs/gfx1201.md)."""

@@ -1,4 +1,4 @@
-"""See DESIGN.md for what lives here."""
+"""The NVIDIA kernels in Triton and Gluon (docs/nvidia.md)."""
 
 import os
 

@@ -30,7 +30,7 @@ class Card:
     name: str
 
 
-# the users' cards (DESIGN.md) and the lent one; SM counts pick split-K grids, so they are the cards'
+# the users' cards and the lent one; SM counts pick split-K grids, so they are the cards'
 CARDS = {
     "sm_75": Card((7, 5), 30, 64 * 1024, "RTX 2060"),
     "sm_86": Card((8, 6), 82, 99 * 1024, "RTX 3090"),

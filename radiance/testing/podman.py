@@ -1,7 +1,7 @@
 """podman for tests: the containers.conf this machine needs, cached images, always-removed containers.
 
 Fixtures (session scope):
-    podman_conf        CONTAINERS_CONF set for the session (runc + cgroupfs, FACTS.md); skips/fails
+    podman_conf        CONTAINERS_CONF set for the session (runc + cgroupfs: what works in these containers); skips/fails
                        by the tool rule when podman is missing
     radiance_wheel     a wheel of the working tree (radiance, --no-deps), built once per session
     systemd_image      debootstrap base (cached tarball) + radiance's runtime deps copied from this

@@ -2,7 +2,7 @@
 
 `running_box(image, *podman_args)` starts `/sbin/init` in a podman container, waits until systemd
 is up and yields a `Box`; the container is always removed. Commands go through the podman CLI
-(FACTS.md: the API's exec leaves conmon processes waiting). The box's units are real units run by a
+(podman-py's exec leaves conmon processes waiting). The box's units are real units run by a
 real systemd: `Box.show` reads their properties, `Box.wait_unit` polls them, `Box.drop_in` adds a
 drop-in and reloads.
 """
