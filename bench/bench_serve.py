@@ -35,7 +35,7 @@ import serve_client as client  # noqa: E402
 
 from radiance.healthchecks.probe import wait_ready  # noqa: E402
 from radiance.kernels.warmup import cache_entries  # noqa: E402
-from radiance.launcher.stack import load_stacks  # noqa: E402
+from radiance.stack import load_stacks  # noqa: E402
 
 DECODE = "1:256:2,4:256:2,16:256:3"  # concurrency:tokens:rounds, each comma-separated entry
 QUICK = "1:32:1,4:32:1"

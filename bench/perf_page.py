@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from radiance.launcher.stack import PLUGIN_METHODS
+from radiance.stack import PLUGIN_METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

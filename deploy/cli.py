@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from radiance.launcher.stack import StackFileError, load_stacks
+from radiance.stack import StackFileError, load_stacks
 
 StacksOpt = Annotated[Optional[Path], typer.Option("--stacks", help="stack file (default: RADIANCE_STACKS, "
                                                    "$RADIANCE_HOME/stacks.yaml, the bundled example)")]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from radiance.deploy import gpus, podman, procs, systemd
 from radiance.deploy.unitspec import conflicts, unit_name, vendor
-from radiance.launcher.stack import StackFile
+from radiance.stack import StackFile
 
 # Processes podman runs for a container that can hold its published port on the host.
 _PODMAN_HELPERS = {"conmon", "podman", "rootlessport", "rootlessport-ch", "slirp4netns", "pasta"}

@@ -6,7 +6,7 @@ from radiance import apikey
 from radiance.deploy import hoststate
 from radiance.deploy.unitspec import probe_url, unit_name
 from radiance.healthchecks import probe
-from radiance.launcher.stack import StackFile
+from radiance.stack import StackFile
 
 
 def describe_switch(sf: StackFile, target: str, *, wait: bool, rollback: bool) -> str:

@@ -21,7 +21,7 @@ import jinja2
 import radiance.units
 from radiance import atomic
 from radiance.deploy.unitspec import UnitSpec, unit_spec
-from radiance.launcher.stack import StackFile
+from radiance.stack import StackFile
 
 HEADER_MARK = "Rendered by `radiance render`"
 QUADLET_DIR = Path("/etc/containers/systemd")  # the system Quadlet generator's directory

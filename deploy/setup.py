@@ -24,7 +24,7 @@ from radiance.deploy import gpu_kfd, gpu_nvml, systemd
 from radiance.deploy.gpus import GpuQueryError
 from radiance.deploy.unitspec import CONTAINER_USER, vendor
 from radiance.launcher.locations import model_path
-from radiance.launcher.stack import StackFile
+from radiance.stack import StackFile
 
 MIN_FREE_GB = 20.0
 KERNEL_BUILD_TIMEOUT_S = 3600.0  # hipcc for every gfx1201 kernel takes minutes, never an hour

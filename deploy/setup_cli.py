@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from radiance.launcher.stack import StackFileError, load_stacks
+from radiance.stack import StackFileError, load_stacks
 
 _STYLE = {"ok": "green", "changed": "yellow", "missing": "red", "skipped": "dim"}
 

@@ -25,8 +25,8 @@ from radiance import apikey, atomic, paths
 from radiance.deploy import gpus, hoststate, hostcmd, systemd
 from radiance.deploy.unitspec import probe_url, start_timeout_s, stop_timeout_s, unit_name, vendor
 from radiance.healthchecks import probe
-from radiance.healthchecks.state import record_ready, record_switch
-from radiance.launcher.stack import StackFile
+from radiance.state import record_ready, record_switch
+from radiance.stack import StackFile
 
 DRAIN_TIMEOUT_S = 180.0
 POLL_S = 0.5

@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
-from radiance.launcher.stack import StackFile, StackFileError, load_stacks
+from radiance.stack import StackFile, StackFileError, load_stacks
 
 RESERVED = ("status", "list", "stop", "to")
 

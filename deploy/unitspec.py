@@ -1,6 +1,6 @@
 """What a rendered unit says about one stack: the only place stack fields become unit settings.
 
-`unit_spec(stack, ...)` turns a `radiance.launcher.stack.Stack` into the flat values the jinja2
+`unit_spec(stack, ...)` turns a `radiance.stack.Stack` into the flat values the jinja2
 templates in `units/` print; `conflicts(stackfile)` derives which stacks cannot run together
 (a shared GPU index or a shared port). vllm-switch reads the same two functions, so the units and
 the switcher never disagree about names, ports, GPUs or conflicts.
@@ -20,7 +20,7 @@ from radiance.deploy.layout import current as current_layout
 from radiance.healthchecks.cli import ready_argv
 from radiance.launcher.locations import stack_paths
 from radiance.launcher.mounts import container_mounts
-from radiance.launcher.stack import Stack, StackFile
+from radiance.stack import Stack, StackFile
 
 DEFAULT_HOST = "127.0.0.1"
 # Model load + kernel build + graph compile of a 27B model took minutes in the field; be generous.

@@ -80,7 +80,8 @@ def ready_cmd(
         "--pid", min=1, help="With --wait: give up as soon as this process (the unit's $MAINPID) is gone.")] = None,
 ) -> None:
     """Live, the model is listed, and a 1-token completion returns within --timeout."""
-    from radiance.healthchecks import probe, state
+    from radiance.healthchecks import probe
+    from radiance import state
 
     if stack and wait is None:
         _bad(ValueError("--stack records when a stack became ready and needs --wait"))
@@ -113,7 +114,7 @@ def watch_cmd(
     row, SIGKILL its main process so systemd restarts it (what podman's --health-on-failure=kill
     does for a container). Runs until stopped."""
     from radiance.healthchecks import watchdog
-    from radiance.launcher.stack import StackFileError
+    from radiance.stack import StackFileError
 
     try:
         w = watchdog.Watchdog.for_stack(stacks, stack, interval_s=interval, timeout_s=timeout, retries=retries)
@@ -132,7 +133,7 @@ def exporter_cmd(
 ) -> None:
     """Serve Prometheus metrics for the stacks, switches and launches (radiance_*)."""
     from radiance.healthchecks import exporter
-    from radiance.launcher.stack import StackFileError
+    from radiance.stack import StackFileError
 
     try:
         exporter.serve(host=host, port=port, stacks_path=stacks, interval_s=interval, probe_timeout_s=probe_timeout)

@@ -8,7 +8,7 @@ Three sources, none sharing process state with what it measures:
 - probes: a background round every `interval_s` runs `probe.live` and `probe.ready` against each
   probed stack's port (concurrently, with its API key) and keeps the last answers; scrapes read
   those, so a scrape never waits on a slow server;
-- state files (healthchecks/state.py): read on every scrape, so a launch or a switch shows on the
+- state files (radiance/state.py): read on every scrape, so a launch or a switch shows on the
   next scrape, and counters survive exporter restarts (they are counted from the files). A file
   this user cannot read, or one off its schema, is counted and logged, never fatal.
 
@@ -33,7 +33,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from radiance import paths
-from radiance.healthchecks import probe, state
+from radiance.healthchecks import probe
+from radiance import state
 
 log = logging.getLogger("radiance.exporter")
 
@@ -76,7 +77,7 @@ def targets_from_stacks(stacks_path: Path | None) -> list[Target]:
     """Targets for every stack of the stack file (the launcher's loader; its errors name file and key)."""
     from radiance import apikey
     from radiance.deploy.unitspec import probe_url, unit_name
-    from radiance.launcher.stack import default_stacks_path, load_stacks
+    from radiance.stack import default_stacks_path, load_stacks
 
     sf = load_stacks(stacks_path or default_stacks_path())
     out = []

@@ -40,7 +40,7 @@ class Watchdog:
                   retries: int) -> Watchdog:
         from radiance import apikey
         from radiance.deploy.unitspec import probe_url, unit_name
-        from radiance.launcher.stack import load_stacks
+        from radiance.stack import load_stacks
 
         sf = load_stacks(stacks)
         st = sf.get(name)

@@ -14,7 +14,7 @@ from radiance.kernels.build import KernelBuildError
 from radiance.launcher.device import DeviceError
 from radiance.launcher.launch import LaunchError, launch
 from radiance.launcher.plan import PlanError
-from radiance.launcher.stack import StackFileError
+from radiance.stack import StackFileError
 from radiance.launcher.template import TemplateError
 
 # What a person can fix (input, device, build) is reported in one line, without a traceback.

@@ -26,7 +26,7 @@ from radiance import paths
 from radiance.healthchecks.probe import ProbeResult, wait_ready
 from radiance.knobs import knob
 from radiance.launcher.cli import Mode
-from radiance.launcher.stack import bundled_example, load_stacks
+from radiance.stack import bundled_example, load_stacks
 
 PROMPT = "Write a Python one-liner that reverses a string s. Answer with the code only."
 STOP_GRACE_S = 30

@@ -20,14 +20,14 @@ from typing import NoReturn
 
 from radiance import apikey
 from radiance.compat import VllmVersionError, check_vllm
-from radiance.healthchecks.state import record_launch
+from radiance.state import record_launch
 from radiance.kernels.build import BuildResult, build_kernels
 from radiance.kernels.linear_spec import build_flag
 from radiance.launcher import device as devmod
 from radiance.launcher.argv import NEUTRAL_DIR, dry_run_text, vllm_argv, vllm_env
 from radiance.launcher.kernel_specs import SpecError, linear_specs
 from radiance.launcher.plan import LaunchPlan, PlanError, resolve_plan
-from radiance.launcher.stack import PLUGIN_METHODS, load_stacks
+from radiance.stack import PLUGIN_METHODS, load_stacks
 
 log = logging.getLogger("radiance.launch")
 

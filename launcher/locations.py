@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from radiance import paths
-from radiance.launcher.stack import Stack, StackFile
+from radiance.stack import Stack, StackFile
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from radiance.launcher import plan_checks
 from radiance.launcher.cache_key import Versions, cache_key, detect_versions
 from radiance.launcher.locations import StackPaths, stack_paths
 from radiance.launcher.mounts import Mount, container_mounts
-from radiance.launcher.stack import CHECKPOINT_METHOD, MODES, PLUGIN_METHODS, Stack, StackFile, StackFileError
+from radiance.stack import CHECKPOINT_METHOD, MODES, PLUGIN_METHODS, Stack, StackFile, StackFileError
 from radiance.launcher.template import TemplateError, check_template
 
 STACK_SPEC = "stack"  # "use the stack's `spec` field"

@@ -10,6 +10,7 @@ The NVIDIA path runs against the real driver on the device: test_gpu_release_nvm
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,11 @@ def _uses(root: Path, pid: int, vram: dict[int, int]) -> None:
 @pytest.fixture
 def sleeper():
     p = subprocess.Popen(["sleep", "60"])
+    comm = Path(f"/proc/{p.pid}/comm")
+    deadline = time.monotonic() + 10
+    while comm.read_text().strip() != "sleep":  # until the forked child has exec'd sleep
+        assert time.monotonic() < deadline, "sleep did not start"
+        time.sleep(0.01)
     yield p
     p.kill()
     p.wait()

@@ -48,7 +48,7 @@ def test_hung_podman_and_systemctl_raise_within_their_deadline(hung):
 
 def test_a_hung_systemd_ends_the_switch_and_releases_its_lock(hung, tmp_path, monkeypatch):
     from radiance.deploy.switch import Phase, Switch
-    from radiance.launcher.stack import load_stacks
+    from radiance.stack import load_stacks
 
     monkeypatch.setenv("RADIANCE_HOME", str(tmp_path / "home"))
     sf = load_stacks(Path(podman.__file__).parent / "stacks.example.yaml")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from radiance.deploy import hoststate, unitspec
 from radiance.deploy.procs import Holder
-from radiance.launcher.stack import load_stacks
+from radiance.stack import load_stacks
 
 EXAMPLE = Path(unitspec.__file__).parent / "stacks.example.yaml"
 

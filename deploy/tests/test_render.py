@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from radiance.cli import app
 from radiance.deploy import render, unitspec
-from radiance.launcher.stack import load_stacks
+from radiance.stack import load_stacks
 from radiance.testing.tools import require_tool
 
 EXAMPLE = Path(unitspec.__file__).parent / "stacks.example.yaml"

@@ -16,7 +16,7 @@ from radiance.checksums import write_manifest
 from radiance.cli import app
 from radiance.deploy import setup as setup_mod
 from radiance.deploy import unitspec
-from radiance.launcher.stack import load_stacks
+from radiance.stack import load_stacks
 
 EXAMPLE = Path(unitspec.__file__).parent / "stacks.example.yaml"
 

@@ -8,7 +8,7 @@ import os
 import threading
 from pathlib import Path
 
-from radiance.healthchecks import state
+from radiance import state
 from radiance.testing.tools import require
 
 

@@ -15,7 +15,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from radiance.healthchecks import exporter, state
+from radiance.healthchecks import exporter
+from radiance import state
 from radiance.testing.tools import require
 
 STACKS_YAML = """\
@@ -218,7 +219,7 @@ def test_unreadable_state_files_are_counted_not_fatal(tmp_path):
 
 
 def test_bad_stack_file_is_a_clear_error(tmp_path):
-    from radiance.launcher.stack import StackFileError
+    from radiance.stack import StackFileError
 
     f = tmp_path / "stacks.yaml"
     f.write_text("version: 1\nstacks:\n  demo:\n    arch: cpu\n    quant: paroquant\n    port: 1\n")

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from radiance.healthchecks import dashboard, probe
 from radiance.launcher import demo
-from radiance.launcher.stack import bundled_example, load_stacks
+from radiance.stack import bundled_example, load_stacks
 from radiance.testing import servers
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from radiance import apikey
-from radiance.launcher.stack import StackFileError, parse_stacks
+from radiance.stack import StackFileError, parse_stacks
 
 KEY = "sk-radiance-test-0123456789"
 STACK = """\

@@ -8,7 +8,7 @@ from radiance.knobs import KNOBS
 from radiance.launcher.argv import vllm_env
 from radiance.launcher.cache_key import Versions, cache_key, model_fingerprint
 from radiance.launcher.plan import resolve_plan
-from radiance.launcher.stack import load_stacks
+from radiance.stack import load_stacks
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "stacks.example.yaml"
 V = Versions("0.32.0", "2.13.0+cpu", "3.9.0", "0.1.0")

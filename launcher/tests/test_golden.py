@@ -23,7 +23,7 @@ from radiance.launcher.argv import vllm_argv, vllm_env
 from radiance.launcher.cache_key import detect_versions
 from radiance.launcher.cli import app
 from radiance.launcher.plan import resolve_plan
-from radiance.launcher.stack import load_stacks
+from radiance.stack import load_stacks
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "stacks.example.yaml"

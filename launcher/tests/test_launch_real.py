@@ -19,9 +19,9 @@ import httpx
 import pytest
 import yaml
 
-from radiance.healthchecks.state import read_state
+from radiance.state import read_state
 from radiance.launcher import demo
-from radiance.launcher.stack import load_stacks
+from radiance.stack import load_stacks
 from radiance.testing.servers import free_port
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ import pytest
 from radiance.kernels.build import KernelBuildError
 from radiance.launcher.launch import LaunchError, build_step, verify_plugin
 from radiance.launcher.plan import resolve_plan
-from radiance.launcher.stack import load_stacks
+from radiance.stack import load_stacks
 from radiance.testing import tiny_model as tm
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "stacks.example.yaml"

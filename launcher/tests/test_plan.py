@@ -11,7 +11,7 @@ from radiance.launcher.argv import vllm_argv, vllm_env
 from radiance.launcher.cache_key import Versions
 from radiance.launcher.cli import app
 from radiance.launcher.plan import MODE_DEFAULTS, PlanError, resolve_plan
-from radiance.launcher.stack import StackFileError, load_stacks, parse_stacks
+from radiance.stack import StackFileError, load_stacks, parse_stacks
 from radiance.launcher.template import TemplateError
 from radiance.testing.shape_only import layer_shapes, write_headers
 

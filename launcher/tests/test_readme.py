@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from radiance.launcher.stack import Drafter, ModeOverrides, Stack, StackFile
+from radiance.stack import Drafter, ModeOverrides, Stack, StackFile
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "stack-file.md"

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from radiance.launcher.stack import StackFileError, default_stacks_path, load_stacks, parse_stacks
+from radiance.stack import StackFileError, default_stacks_path, load_stacks, parse_stacks
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "stacks.example.yaml"

@@ -109,7 +109,7 @@ def _check(kind: str, where: str, record: dict[str, Any]) -> None:
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or '(record)'}: {err['msg']}" for err in e.errors())
         raise StateError(f"{where}: not a valid {kind!r} record ({problems}); "
-                         f"see radiance/healthchecks/state.py for the fields") from None
+                         f"see radiance/radiance/state.py for the fields") from None
 
 
 def write_state(kind: str, name: str, data: dict[str, Any], root: Path | None = None) -> Path:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from radiance.healthchecks import state
+from radiance import state
 
 LAUNCH = dict(mode="prod", phases={"kernel_build": 1.5, "template": 0.01, "cache_key": 0.2},
               kernel_builds=2, kernel_cache_hits=5, cache_key="abc123-spec7", radiance_version="0.1.0",
