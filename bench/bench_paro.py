@@ -26,7 +26,7 @@ from baselines import gemlite_layer, vllm_awq_layer  # bench/ (run from the repo
 from timing import graph_time, run_header
 
 from radiance.kernels import paro_ops as ops
-from radiance.kernels.triton import paro_random as rnd
+from radiance.testing import paro_random as rnd
 from radiance.kernels.triton import paro_rotate as pr
 from radiance.kernels.triton import paro_scratch
 

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from radiance.kernels import tp_block
+from radiance.testing import tp_block
 from radiance.testing.servers import free_port
 from timing import graph_time  # bench/timing.py
 

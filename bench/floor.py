@@ -31,7 +31,7 @@ from bench_pq2 import SHAPES, copies_for, make_layers
 from timing import READ_TILES, best_read, graph_time, read_fn, run_header
 
 from radiance.kernels import paro_ops, pq2_ops
-from radiance.kernels.triton import paro_random as rnd
+from radiance.testing import paro_random as rnd
 from radiance.kernels.triton import paro_rotate as pr
 
 @triton.jit

@@ -19,7 +19,7 @@ import torch
 from radiance.kernels import reference
 from radiance.kernels.hip import lib as pqlib
 from radiance.kernels.hip.layout import prepare
-from radiance.kernels.triton.paro_random import random_layer, rel
+from radiance.testing.paro_random import random_layer, rel
 
 SHAPES = [  # (name, partition widths, K)
     ("qkv 896 -> 512+128+128 (3 rotations)", [512, 128, 128], 896),

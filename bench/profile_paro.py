@@ -18,7 +18,7 @@ sys.path.insert(0, "bench")
 from floor import paro_bytes, read_target  # noqa: E402
 
 from radiance.kernels import paro_ops as ops  # noqa: E402
-from radiance.kernels.triton import paro_random as rnd  # noqa: E402
+from radiance.testing import paro_random as rnd  # noqa: E402
 
 from bench_pq2 import SHAPES  # noqa: E402
 

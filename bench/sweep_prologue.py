@@ -16,7 +16,7 @@ import torch
 
 from timing import graph_time
 
-from radiance.kernels.triton import paro_random as rnd
+from radiance.testing import paro_random as rnd
 from radiance.kernels.triton import paro_rotate as pr
 
 MODES = {"plain": (pr.PLAIN, torch.float16), "f16g": (pr.F16G, torch.float16), "i8g": (pr.I8G, torch.int8)}

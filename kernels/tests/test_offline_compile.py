@@ -102,7 +102,7 @@ def _paro_layer(sizes, k):
     the shapes and formats the kernels compile for (values are irrelevant, nothing runs)."""
     from radiance.kernels import paro_ops
     from radiance.kernels.formats.paroquant import ParoTensors
-    from radiance.kernels.triton import paro_random
+    from radiance.testing import paro_random
 
     g = k // 128
     parts = [ParoTensors(torch.zeros(k, n // 8, dtype=torch.int32), torch.zeros(g, n // 8, dtype=torch.int32),

@@ -34,14 +34,14 @@ def gen():
 
 
 def _layers(sizes, k, gen):
-    from radiance.kernels.triton import paro_random as rnd
+    from radiance.testing import paro_random as rnd
 
     return [rnd.random_layer(n, k, gen) for n in sizes]
 
 
 def _prepare(parts, i8: bool):
     from radiance.kernels import paro_ops as ops
-    from radiance.kernels.triton import paro_random as rnd
+    from radiance.testing import paro_random as rnd
 
     os.environ["RADIANCE_PQ_I8"] = "1" if i8 else "0"
     try:
@@ -53,7 +53,7 @@ def _prepare(parts, i8: bool):
 @pytest.mark.parametrize("k", [5120, 17408, 6144])
 def test_prologue_rotation_fp32(k, gen):
     from radiance.kernels import reference
-    from radiance.kernels.triton import paro_random as rnd
+    from radiance.testing import paro_random as rnd
     from radiance.kernels.triton import paro_rotate as pr
 
     (t,) = _layers([128], k, gen)
@@ -67,7 +67,7 @@ def test_prologue_rotation_fp32(k, gen):
 
 def test_prologue_int8_matches_quant_int8_group(gen):
     from radiance.kernels import reference
-    from radiance.kernels.triton import paro_random as rnd
+    from radiance.testing import paro_random as rnd
     from radiance.kernels.triton import paro_rotate as pr
 
     (t,) = _layers([128], 5120, gen)
@@ -88,7 +88,7 @@ def test_prologue_int8_matches_quant_int8_group(gen):
 def test_prologue_fragment_order_is_f16g_permuted(gen):
     """F16GF (mma_gl's input) is F16G with each group's channels at the fragment positions the
     mode documents: the same bits, scales and sums."""
-    from radiance.kernels.triton import paro_random as rnd
+    from radiance.testing import paro_random as rnd
     from radiance.kernels.triton import paro_rotate as pr
 
     ts = _layers([128, 128], 5120, gen)
@@ -109,7 +109,7 @@ def test_prologue_fragment_order_is_f16g_permuted(gen):
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_gemm_every_shape_and_odd_m(shape, i8, gen):
     from radiance.kernels import paro_ops as ops
-    from radiance.kernels.triton import paro_random as rnd
+    from radiance.testing import paro_random as rnd
 
     sizes, k = SHAPES[shape]
     parts = _layers(sizes, k, gen)
@@ -131,7 +131,7 @@ def test_gemm_every_shape_and_odd_m(shape, i8, gen):
 def test_every_kernel_kind(shape, i8, gen):
     """Each GEMM kind and tile the benchmark may pick, forced, on a split-K and a merged shape."""
     from radiance.kernels import paro_ops as ops
-    from radiance.kernels.triton import paro_random as rnd
+    from radiance.testing import paro_random as rnd
 
     sizes, k = SHAPES[shape]
     parts = _layers(sizes, k, gen)
@@ -198,7 +198,7 @@ def test_decode_under_cuda_graph(gen):
 
 def test_scratch_cublas_path(gen, monkeypatch):
     from radiance.kernels import paro_ops as ops
-    from radiance.kernels.triton import paro_random as rnd
+    from radiance.testing import paro_random as rnd
 
     monkeypatch.setenv("RADIANCE_PQ_SCRATCH_GEMM", "1")
     parts = _layers([1024, 1024], 5120, gen)
@@ -213,7 +213,7 @@ def test_wgmma_prefill_band_on_sm90(gen, monkeypatch):
     # kind (both token tiles, a merged layer, a bias), the scratch path above; tolerance as for
     # every W4A16 path (2e-3 relative to the fp32 reference)
     from radiance.kernels import paro_ops as ops
-    from radiance.kernels.triton import paro_random as rnd
+    from radiance.testing import paro_random as rnd
 
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("wgmma is sm_90's")
@@ -235,7 +235,7 @@ def test_scratch_pieces_on_a_side_stream_and_in_a_cuda_graph(gen, monkeypatch):
     # reused (five pieces here); eager and graph-replayed against the fp32 reference (2e-3), and the
     # replay equal to eager (the same kernels in the same order)
     from radiance.kernels import paro_ops as ops
-    from radiance.kernels.triton import paro_random as rnd
+    from radiance.testing import paro_random as rnd
 
     monkeypatch.setenv("RADIANCE_PQ_SCRATCH_GEMM", "1")
     monkeypatch.setenv("RADIANCE_PQ_SCRATCH_ROWS", "512")
@@ -271,7 +271,7 @@ def test_turing_dispatch_on_this_gpu(gen):
     """The sm_75 choices (GEMV up to TURING_GEMV_MAX_M rows, 4 per program; scratch + cuBLAS
     above; tiles fitted to 64 KB) forced here, for their numerics."""
     from radiance.kernels import paro_ops as ops
-    from radiance.kernels.triton import paro_random as rnd
+    from radiance.testing import paro_random as rnd
 
     parts = _layers([1024, 1024], 5120, gen)
     layer = ops.prepare(*rnd.merged(parts), cap=(7, 5))
@@ -286,7 +286,7 @@ def test_rtx3090_dispatch_on_this_gpu(gen):
     the tensor-core prologue's mma.sync tile, paro_rotate.dense_tile) forced here, for their numerics."""
     from radiance.kernels import paro_ops as ops
     from radiance.kernels import reference
-    from radiance.kernels.triton import paro_random as rnd
+    from radiance.testing import paro_random as rnd
     from radiance.kernels.triton import paro_rotate as pr
 
     parts = _layers([1024, 1024], 5120, gen)
@@ -314,7 +314,7 @@ def test_real_qwen_layer(i8):
     from safetensors.torch import load_file
 
     from radiance.kernels import paro_ops as ops
-    from radiance.kernels.triton import paro_random as rnd
+    from radiance.testing import paro_random as rnd
 
     st = {k: v.cuda() for k, v in load_file(str(REAL)).items()}
     sites = {"qkv": (["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"], "x.attn"),
@@ -332,7 +332,7 @@ def test_real_qwen_layer(i8):
 
 def test_dispatch_table_row(gen):
     from radiance.kernels import ops
-    from radiance.kernels.triton import paro_random as rnd
+    from radiance.testing import paro_random as rnd
 
     parts = _layers([1024, 256, 256], 2048, gen)
     prep = ops.prepare_paroquant(torch.cat([t.qweight for t in parts], 1), torch.cat([t.qzeros for t in parts], 1),

@@ -31,7 +31,7 @@ def _main() -> None:
 
     from radiance.kernels import paro_ops as ops
     from radiance.kernels import reference
-    from radiance.kernels.triton import paro_random as rnd
+    from radiance.testing import paro_random as rnd
     from radiance.kernels.triton import paro_rotate as pr
     from radiance.kernels.triton import paro_scratch
 

@@ -10,7 +10,7 @@ from radiance.kernels import paro_ops as ops
 from radiance.kernels import reference
 from radiance.kernels.formats.paroquant import unpack_awq
 from radiance.kernels.triton import paro_gemm, paro_rotate, split_finish
-from radiance.kernels.triton import paro_random as rnd
+from radiance.testing import paro_random as rnd
 
 
 @pytest.fixture

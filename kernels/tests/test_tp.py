@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from radiance.kernels import tp_block
+from radiance.testing import tp_block
 from radiance.kernels.formats import FormatError, shard
 from radiance.testing.servers import free_port
 

@@ -18,7 +18,7 @@ from radiance.kernels.hip import emulate
 from radiance.kernels.hip import lib as pqlib
 from radiance.kernels.hip.build import SRC_DIR, compile_hip
 from radiance.kernels.hip.layout import prepare
-from radiance.kernels.triton.paro_random import random_layer, rel
+from radiance.testing.paro_random import random_layer, rel
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"

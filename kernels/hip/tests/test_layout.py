@@ -11,7 +11,7 @@ from radiance.kernels.formats import FormatError
 from radiance.kernels.formats.paroquant import unpack_awq
 from radiance.kernels.hip import emulate
 from radiance.kernels.hip.layout import prepare, weight_codes
-from radiance.kernels.triton.paro_random import random_layer, rel
+from radiance.testing.paro_random import random_layer, rel
 
 
 def _layer(n, k, seed, krot=8):

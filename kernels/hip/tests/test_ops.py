@@ -9,7 +9,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from radiance.kernels.hip import lib as pqlib
 from radiance.kernels.hip import ops
 from radiance.kernels.hip.layout import prepare
-from radiance.kernels.triton.paro_random import random_layer
+from radiance.testing.paro_random import random_layer
 
 
 def test_ops_have_shapes_under_fake_tensors():

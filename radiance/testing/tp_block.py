@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from radiance.kernels import ops
 from radiance.kernels.formats import shard
 from radiance.kernels.formats.pq2 import Pq2Tensors, pack_ternary
-from radiance.kernels.triton.paro_random import random_layer
+from radiance.testing.paro_random import random_layer
 
 
 @dataclass(frozen=True)
