@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from radiance.deploy import gpus, podman, procs, systemd
-from radiance.deploy.unitspec import conflicts, unit_name, vendor
+from radiance.deploy.unitspec import conflicts, unit_name
 from radiance.stack import StackFile
 
 # Processes podman runs for a container that can hold its published port on the host.
@@ -36,7 +36,7 @@ class StackView:
 def view(sf: StackFile, name: str) -> StackView:
     s = sf.get(name)
     return StackView(name=name, unit=unit_name(name), runtime=s.runtime, port=s.port, gpus=list(s.devices),
-                     vendor=vendor(s), container=s.container_name, state=systemd.state(unit_name(name)))
+                     vendor=s.vendor, container=s.container_name, state=systemd.state(unit_name(name)))
 
 
 def views(sf: StackFile) -> dict[str, StackView]:
@@ -106,7 +106,7 @@ def still_held(sf: StackFile, stopped: list[str], target: str) -> list[str]:
         # processes are skipped all the same, only the stopped stacks' and strangers' count.
         keep = {n for n, v in views(sf).items() if v.running and n not in stopped}
         try:
-            hs = [h for h in gpus.holders(vendor(t), gpu_list) if owner(sf, h.holder, ids) not in keep]
+            hs = [h for h in gpus.holders(t.vendor, gpu_list) if owner(sf, h.holder, ids) not in keep]
         except gpus.GpuQueryError as e:
             hs, why = [], f"cannot tell whether GPU {','.join(map(str, gpu_list))} memory is released: {e}"
             held.append(why)

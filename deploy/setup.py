@@ -22,7 +22,7 @@ from radiance.checksums import MANIFEST, Progress, read_manifest, sha256_file
 from radiance.deploy import podman as podman_mod
 from radiance.deploy import gpu_kfd, gpu_nvml, systemd
 from radiance.deploy.gpus import GpuQueryError
-from radiance.deploy.unitspec import CONTAINER_USER, vendor
+from radiance.deploy.unitspec import CONTAINER_USER
 from radiance.launcher.locations import model_path
 from radiance.stack import StackFile
 
@@ -69,7 +69,7 @@ def _gpu_check(vendors: set[str], dev: Path = Path("/dev")) -> list[Step]:
 
 def host_check(sf: StackFile, names: list[str]) -> list[Step]:
     stacks = [sf.get(n) for n in names]
-    steps = _gpu_check({vendor(s) for s in stacks} - {"cpu"})
+    steps = _gpu_check({s.vendor for s in stacks} - {"cpu"})
     if any(s.runtime == "podman" for s in stacks):
         ver = podman_mod.version()
         if ver is None:
@@ -98,7 +98,7 @@ def images(sf: StackFile, names: list[str], check: bool, say: Callable[[str], No
     for n in names:
         s = sf.get(n)
         if s.runtime == "podman" and s.image:
-            wanted.setdefault(s.image, {"rocm": "rocm", "nvidia": "cuda", "cpu": "cpu"}[vendor(s)])
+            wanted.setdefault(s.image, {"rocm": "rocm", "nvidia": "cuda", "cpu": "cpu"}[s.vendor])
     if not wanted:
         return [Step("images", "skipped", "no podman stacks")]
     if podman_mod.version() is None:
@@ -171,7 +171,7 @@ def checkpoints(sf: StackFile, names: list[str], check: bool, progress: Progress
         ds = [model_path(s.model)] + ([model_path(s.drafter.model)] if s.drafter and s.drafter.model else [])
         for d, label in zip(ds, (f"checkpoint {n}", f"drafter {n}")):
             dirs.setdefault(d, label)
-            if s.runtime == "podman" and vendor(s) != "rocm":
+            if s.runtime == "podman" and s.vendor != "rocm":
                 non_root.add(d)
     steps = []
     for d, label in dirs.items():
@@ -195,7 +195,7 @@ def kernels(sf: StackFile, names: list[str], check: bool, say: Callable[[str], N
         if s.arch == "cpu":
             steps.append(Step(f"kernels {n}", "skipped", "cpu: the torch reference path has no kernels"))
             continue
-        if s.arch.startswith("sm_"):  # warmed for the checkpoint's shapes on the GPU it serves on
+        if s.vendor == "nvidia":  # warmed for the checkpoint's shapes on the GPU it serves on
             steps.append(Step(f"kernels {n}", "skipped", f"{s.arch}: radiance-launch compiles the Triton kernels "
                               "on the stack's GPU at its first start (later starts reuse them)"))
             continue

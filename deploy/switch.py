@@ -23,7 +23,7 @@ from filelock import FileLock, Timeout
 
 from radiance import apikey, atomic, paths
 from radiance.deploy import gpus, hoststate, hostcmd, systemd
-from radiance.deploy.unitspec import probe_url, start_timeout_s, stop_timeout_s, unit_name, vendor
+from radiance.deploy.unitspec import probe_url, start_timeout_s, stop_timeout_s, unit_name
 from radiance.healthchecks import probe
 from radiance.state import record_ready, record_switch
 from radiance.stack import StackFile
@@ -224,7 +224,7 @@ class Switch:
         except apikey.ApiKeyError as e:
             return f"{target}: {e}"
         try:  # the release wait reads the driver; find out now that it can, not after stopping a stack
-            gpus.users(vendor(t), sorted(set(t.devices)))
+            gpus.users(t.vendor, sorted(set(t.devices)))
         except gpus.GpuQueryError as e:
             return f"cannot read which processes hold GPU {','.join(map(str, t.devices))} memory: {e}"
         return None

@@ -56,16 +56,6 @@ def unit_name(stack_name: str) -> str:
     return f"radiance-{stack_name}.service"
 
 
-def vendor(stack: Stack) -> str:
-    """rocm / nvidia / cpu, from the stack's arch."""
-    if stack.arch == "cpu":
-        return "cpu"
-    if stack.arch.startswith("gfx"):
-        return "rocm"
-    if stack.arch.startswith("sm_"):
-        return "nvidia"
-    raise ValueError(f"stack {stack.name!r}: arch {stack.arch!r} has no known GPU vendor")
-
 
 def bind_host(stack: Stack) -> str:
     return stack.host or DEFAULT_HOST
@@ -231,7 +221,7 @@ def unit_spec(sf: StackFile, name: str, *, mode: str = "prod", launcher_bin: str
               podman_bin: str = "/usr/bin/podman") -> UnitSpec:
     stack = sf.get(name)
     stacks_path = str(Path(sf.path or "stacks.yaml").expanduser().absolute())
-    vend = vendor(stack)
+    vend = stack.vendor
     dev_args, quadlet_devs, env = _devices(vend, list(stack.devices))
     env = {**env, **{k: str(v) for k, v in stack.env.items()}}
     layout = current_layout()

@@ -30,6 +30,7 @@ from filelock import FileLock
 
 from radiance import atomic
 from radiance.kernels.linear_spec import NO_GPU, LinearSpec, specs_json
+from radiance.stack import vendor
 
 KERNELS_DIR = Path(__file__).resolve().parent
 MANIFEST = "manifest.json"
@@ -48,13 +49,10 @@ class BuildResult:
 
 
 def family(arch: str) -> str:
-    if arch == "cpu":
-        return "cpu"
-    if arch.startswith("gfx"):
-        return "hip"
-    if arch.startswith("sm_"):
-        return "triton"
-    raise KernelBuildError(f"arch {arch!r}: expected cpu, an AMD gfx target or an NVIDIA sm_XY")
+    try:
+        return {"cpu": "cpu", "rocm": "hip", "nvidia": "triton"}[vendor(arch)]
+    except ValueError as e:
+        raise KernelBuildError(str(e)) from None
 
 
 def default_src_dir(arch: str) -> Path:

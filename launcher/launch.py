@@ -27,7 +27,7 @@ from radiance.launcher import device as devmod
 from radiance.launcher.argv import NEUTRAL_DIR, dry_run_text, vllm_argv, vllm_env
 from radiance.launcher.kernel_specs import SpecError, linear_specs
 from radiance.launcher.plan import LaunchPlan, PlanError, resolve_plan
-from radiance.stack import PLUGIN_METHODS, load_stacks
+from radiance.stack import PLUGIN_METHODS, load_stacks, vendor
 
 log = logging.getLogger("radiance.launch")
 
@@ -69,7 +69,7 @@ def build_step(plan: LaunchPlan) -> BuildResult:
         log.info("kernels: nothing to build for %s (%s)", plan.arch, why)
         return BuildResult(None, False, "")
     flags, specs = plan.kernel_flags, []
-    if plan.arch.startswith("sm_"):  # warm the checkpoint's linears' kernels into the stack's TRITON_CACHE_DIR
+    if vendor(plan.arch) == "nvidia":  # warm the checkpoint's linears' kernels into the stack's TRITON_CACHE_DIR
         try:
             specs = linear_specs(plan.model, plan.quant, plan.tp, plan.dtype)
         except (SpecError, OSError, ValueError) as e:

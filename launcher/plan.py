@@ -196,7 +196,7 @@ def resolve_plan(sf: StackFile, name: str, mode: str, environ: Mapping[str, str]
     versions = versions or detect_versions()
     key = cache_key(sp.model, paths.models_dir(), versions, env)
     compile_dir = sp.compile_root / key
-    nvidia = stack.arch.startswith("sm_")
+    nvidia = stack.vendor == "nvidia"
     kernel_cache = compile_dir / "kernels" if nvidia else sp.kernel_cache  # NVIDIA: beside the Triton cache it fills
     builds = stack.quant in PLUGIN_METHODS and not nvidia
     return LaunchPlan(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from radiance.knobs import KNOBS
 from radiance.launcher.kernel_specs import SpecError, linear_groups
+from radiance.stack import vendor
 
 GFX_DECODE_MAX_ROWS = 64  # kernels/hip/pq_gemm.hip: the decode kernel refuses more rows
 
@@ -26,7 +27,7 @@ def decode_band(arch: str, quant_is_plugin: bool, spec: int, max_num_seqs: int |
         top = int(raw)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return f"{name}={raw!r} is not a whole number"
-    if arch.startswith("gfx") and top > GFX_DECODE_MAX_ROWS:
+    if vendor(arch) == "rocm" and top > GFX_DECODE_MAX_ROWS:
         return (f"{name}={top}, but the {arch} decode kernel takes at most {GFX_DECODE_MAX_ROWS} rows; "
                 f"give 1..{GFX_DECODE_MAX_ROWS}")
     if not spec:
@@ -39,7 +40,7 @@ def decode_band(arch: str, quant_is_plugin: bool, spec: int, max_num_seqs: int |
         return (f"max_num_seqs={max_num_seqs} x (spec={spec} + 1) = {rows} rows per verify batch, above "
                 f"{name}={top}: the widest batches would fall onto the prefill kernels; lower max_num_seqs to "
                 f"{max(1, top // (spec + 1))} or spec, or raise {name}"
-                + (f" (at most {GFX_DECODE_MAX_ROWS} here)" if arch.startswith("gfx") else ""))
+                + (f" (at most {GFX_DECODE_MAX_ROWS} here)" if vendor(arch) == "rocm" else ""))
     return None
 
 

@@ -21,6 +21,19 @@ from radiance.knobs import KNOBS, knob
 
 Arch = Literal["cpu", "gfx1201", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"]
 Runtime = Literal["podman", "native"]
+
+
+def vendor(arch: str) -> str:
+    """The one arch map: `cpu`, `rocm` (AMD gfx targets) or `nvidia` (sm_XY)."""
+    if arch == "cpu":
+        return "cpu"
+    if arch.startswith("gfx"):
+        return "rocm"
+    if arch.startswith("sm_"):
+        return "nvidia"
+    raise ValueError(f"arch {arch!r}: expected cpu, an AMD gfx target or an NVIDIA sm_XY (e.g. gfx1201, sm_86)")
+
+
 QuantMethod = Literal["paroquant", "pq2", "paroquant_mxfp4", "none", "awq", "awq_marlin"]
 # radiance's own methods (served by its vLLM plugin); the others are vLLM's, for baselines: `none`
 # serves an unquantized checkpoint, `awq_marlin` an AWQ one on vLLM's Marlin / Machete kernels (GPU),
@@ -158,6 +171,10 @@ class Stack(_Strict):
     @property
     def container_name(self) -> str:
         return self.container or f"radiance-{self._name}"
+
+    @property
+    def vendor(self) -> str:
+        return vendor(self.arch)
 
     @property
     def model_name(self) -> str:

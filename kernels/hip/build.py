@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from radiance.knobs import knob
+from radiance.stack import vendor
 
 SRC_DIR = Path(__file__).resolve().parent
 # -DPQ_NO_GPU_INCLUDES: the kernels spell their own attributes (no HIP headers with -nogpuinc)
@@ -63,14 +64,15 @@ def _tool(names: Sequence[str], what: str) -> str:
 
 def command(unity: Path, src_dir: Path, arch: str, flags: Sequence[str], out_path: Path, device_only: bool) -> list[str]:
     common = ["-O3", "-std=c++17", f"-I{src_dir}", *flags]
-    if arch.startswith("gfx"):
+    target = vendor(arch) if arch != "cpu" else "cpu"
+    if target == "rocm":
         if device_only:
             clang = _tool([os.environ.get("HIP_CLANG", "clang++-19"), "clang++"], f"compile check for {arch}")
             return [clang, "-x", "hip", f"--offload-arch={arch}", *DEVICE_ONLY_FLAGS, *common,
                     "-Rpass-analysis=kernel-resource-usage", "-c", str(unity), "-o", str(out_path)]
         hipcc = _tool(["hipcc", "/opt/rocm/bin/hipcc"], f"kernel build for {arch}")
         return [hipcc, f"--offload-arch={arch}", "-fPIC", "-shared", *common, str(unity), "-o", str(out_path)]
-    if arch.startswith("sm_"):
+    if target == "nvidia":
         nvcc = _tool(["nvcc", "/usr/local/cuda/bin/nvcc"], f"kernel build for {arch}")
         return [nvcc, "-x", "cu", f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC", *common,
                 str(unity), "-o", str(out_path)]
