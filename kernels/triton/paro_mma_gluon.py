@@ -19,7 +19,7 @@ reshape only relabel registers; `convert_layout(..., assert_trivial=True)` prove
 Arithmetic: the A operand is c - 8 (exact in fp16), the B operand the F16G codes q (activations
 scaled per (row, group) by a power of two S), so the MMA's fp32 group dot is sum (c - 8) q and
 acc += dot * (sc * S) - (sc * d) * RS with RS = S * sum q from the prologue (paro_gemm's fold).
-Split-K: paro_gemv_gluon.finish_tile (partials, an atomic ticket, the last program sums in split
+Split-K: gluon_schedule.finish_tile (partials, an atomic ticket, the last program sums in split
 order); on a stream-K grid (STREAM) the same, with a tile's contributors in program order.
 
 Feeding it: loads meant for the next group are moved by ptxas next to their use,
@@ -35,8 +35,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 from radiance.kernels.triton.gluon_compat import copy_to_shared, thread_barrier
 
-from radiance.kernels.triton.paro_gemv_gluon import (program_tile, rotated_copy, split_tile, store_tile, stream_bounds,
-                                                       stream_slot, stream_tile, wait_for_producer)
+from radiance.kernels.triton.gluon_schedule import (program_tile, rotated_copy, split_tile, store_tile, stream_bounds,
+                                                     stream_slot, stream_tile, wait_for_producer)
 
 
 @gluon.jit

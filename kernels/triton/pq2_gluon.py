@@ -18,7 +18,7 @@ Arithmetic: the int32 dot of codes (0/1/2) and q per group, then pq2_common's `g
 (acc + ((dot - t) * sa) * sw, the one every pq2 kernel calls). Each loop step takes GU groups,
 and loads the next step's operands before its arithmetic (the bytes in flight per program:
 GU x 32 bytes per row).
-Split-K: paro_gemv_gluon.finish_tile (fp32 partials, an atomic ticket, the last program sums the
+Split-K: gluon_schedule.finish_tile (fp32 partials, an atomic ticket, the last program sums the
 splits in order: deterministic). Ampere instructions only: runs on sm_86 and, as mma.sync, on sm_90.
 """
 
@@ -27,48 +27,19 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 from radiance.kernels.triton.gluon_compat import copy_to_shared
 
-from radiance.kernels.triton.paro_gemv_gluon import (program_tile, split_tile, store_tile, stream_bounds, stream_slot,
-                                                       stream_tile, wait_for_producer)
+from radiance.kernels.triton.gluon_schedule import (program_tile, split_tile, store_tile, stream_bounds, stream_slot,
+                                                     stream_tile, wait_for_producer)
 from radiance.kernels.triton.pq2_common import block_row, group_acc, group_off
+from radiance.kernels.triton.pq2_gluon_common import code_plane, four_copies, word_bytes
 
 NO_COPIES = gl.constexpr(1 << 30)  # program_tile's rotated-copy bounds: pq2 has one activation copy
-
-
-@gluon.constexpr_function
-def _plane_asm(s):
-    # (b >> 2s) & 3 per byte of $1
-    if not s:
-        return "and.b32 $0, $1, 0x03030303;"
-    return f"{{ .reg .b32 t; shr.b32 t, $1, {2 * s}; and.b32 $0, t, 0x03030303; }}"
-
-
-@gluon.jit
-def _plane(x4, s: gl.constexpr):
-    # plane s of a weight word, (b >> 2s) & 3 per byte, as four int8 codes in one register; x4
-    # repeats each word four times (one asm instance per word: pack=4 reads four 32-bit inputs
-    # and writes one register of four bytes)
-    return gl.inline_asm_elementwise(_plane_asm(s), "=r,r,r,r,r", [x4], dtype=gl.int8, is_pure=True, pack=4)
-
-
-@gluon.jit
-def _bytes(x4):
-    # the four bytes of a word as int8 elements (x4 as in _plane): register renaming
-    return gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r,r,r,r", [x4], dtype=gl.int8, is_pure=True, pack=4)
-
-
-@gluon.jit
-def _four(x):
-    # each int32 word four times along a new innermost axis: [..., n] -> [..., n, 2, 2]. The
-    # operands are carried between loop steps as words: int8 tensors would be carried byte by
-    # byte (ptxas then spends 6 PRMT per register unpacking and repacking them)
-    return gl.join(gl.join(x, x), gl.join(x, x))
 
 
 @gluon.jit
 def _a_operand(w, BN: gl.constexpr, A_L: gl.constexpr):
     # w [BN, 8] weight words of one group -> [BN, 128] codes at logical k = 32s + 16h + 4q + b
-    w4 = gl.reshape(_four(w), [BN, 32])  # byte 4 * word + b = 8q + 4h + b
-    j = gl.join(gl.join(_plane(w4, 0), _plane(w4, 1)), gl.join(_plane(w4, 2), _plane(w4, 3)))  # [BN, 32, s&1, s>>1]
+    w4 = gl.reshape(four_copies(w), [BN, 32])  # byte 4 * word + b = 8q + 4h + b
+    j = gl.join(gl.join(code_plane(w4, 0), code_plane(w4, 1)), gl.join(code_plane(w4, 2), code_plane(w4, 3)))  # [BN, 32, s&1, s>>1]
     j = gl.permute(gl.reshape(j, [BN, 4, 2, 4, 2, 2]), [0, 5, 4, 2, 1, 3])  # [BN, s>>1, s&1, h, q, b]
     return gl.convert_layout(gl.reshape(j, [BN, 128]), A_L, assert_trivial=True)
 
@@ -77,7 +48,7 @@ def _a_operand(w, BN: gl.constexpr, A_L: gl.constexpr):
 def _b_operand(u, BT: gl.constexpr, B_L: gl.constexpr):
     # u [32, BT] words of plane-ordered activations (byte position 32j + 8q + 4h + b) -> [128, BT]
     # at the same logical k as _a_operand
-    u4 = _bytes(gl.reshape(gl.permute(_four(u), [0, 2, 3, 1]), [128, BT]))
+    u4 = word_bytes(gl.reshape(gl.permute(four_copies(u), [0, 2, 3, 1]), [128, BT]))
     j = gl.permute(gl.reshape(u4, [4, 4, 2, 4, BT]), [0, 2, 1, 3, 4])  # [j, h, q, b, BT]
     return gl.convert_layout(gl.reshape(j, [128, BT]), B_L, assert_trivial=True)
 

@@ -23,7 +23,8 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 from radiance.kernels.triton.gluon_compat import copy_to_shared, thread_barrier
 
 from radiance.kernels.triton.pq2_common import block_row, group_acc, group_off
-from radiance.kernels.triton.pq2_gluon import _bytes, _four, _plane, operand_layout
+from radiance.kernels.triton.pq2_gluon import operand_layout
+from radiance.kernels.triton.pq2_gluon_common import code_plane, four_copies, word_bytes
 
 
 @gluon.constexpr_function  # built inside the kernel: a layout passed as an argument cannot be serialized
@@ -46,14 +47,14 @@ def ring_layout(warps: int, bt: int, ring: int, which: int):
 @gluon.jit
 def _a_plane(w, j: gl.constexpr, BN: gl.constexpr, A_L: gl.constexpr):
     # w [BN, 8] weight words -> plane j as [BN, 32] codes at logical k = 16h + 4q + b (byte 8q + 4h + b)
-    p = gl.reshape(_plane(gl.reshape(_four(w), [BN, 32]), j), [BN, 4, 2, 4])  # [BN, q, h, b]
+    p = gl.reshape(code_plane(gl.reshape(four_copies(w), [BN, 32]), j), [BN, 4, 2, 4])  # [BN, q, h, b]
     return gl.convert_layout(gl.reshape(gl.permute(p, [0, 2, 1, 3]), [BN, 32]), A_L, assert_trivial=True)
 
 
 @gluon.jit
 def _b_step(u, BT: gl.constexpr, B_L: gl.constexpr):
     # u [BT, 8] activation words of one k-step -> [32, BT] bytes at the same logical k as _a_plane
-    u4 = _bytes(gl.reshape(gl.permute(_four(u), [1, 2, 3, 0]), [32, BT]))  # byte 4 * word + b
+    u4 = word_bytes(gl.reshape(gl.permute(four_copies(u), [1, 2, 3, 0]), [32, BT]))  # byte 4 * word + b
     j = gl.permute(gl.reshape(u4, [4, 2, 4, BT]), [1, 0, 2, 3])  # [h, q, b, BT]
     return gl.convert_layout(gl.reshape(j, [32, BT]), B_L, assert_trivial=True)
 

@@ -24,7 +24,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from radiance.kernels.triton.gluon_compat import thread_barrier
 
 from radiance.kernels.triton.pq2_common import group_acc, group_off
-from radiance.kernels.triton.pq2_gluon import _four, _plane
+from radiance.kernels.triton.pq2_gluon_common import code_plane, four_copies
 from radiance.kernels.triton.pq2_gluon_ring import ring_fill, ring_offsets, store_tile
 
 
@@ -43,10 +43,10 @@ def wgmma_layout(bn: int, warps: int, which: int):
 
 
 @gluon.jit
-def _a_group(w, BN: gl.constexpr, A_L: gl.constexpr):
+def a_group(w, BN: gl.constexpr, A_L: gl.constexpr):
     # w [BN, 8] weight words -> [BN, 128] codes, plane j at logical k = 32j + (byte of the record)
-    w4 = gl.reshape(_four(w), [BN, 32])
-    j = gl.join(gl.join(_plane(w4, 0), _plane(w4, 1)), gl.join(_plane(w4, 2), _plane(w4, 3)))  # [BN, 32, j&1, j>>1]
+    w4 = gl.reshape(four_copies(w), [BN, 32])
+    j = gl.join(gl.join(code_plane(w4, 0), code_plane(w4, 1)), gl.join(code_plane(w4, 2), code_plane(w4, 3)))  # [BN, 32, j&1, j>>1]
     j = gl.permute(j, [0, 3, 2, 1])  # [BN, j>>1, j&1, byte]
     return gl.convert_layout(gl.reshape(j, [BN, 128]), A_L, assert_trivial=True)
 
@@ -94,7 +94,7 @@ def pq2_wgmma(Q, S, T, W, WS, Y, M, N, K, G,
         thread_barrier()
         st = (g + RING - 2) % RING
         ring_fill(ring.index(st), sring.index(st), tring.index(st), Q, S, T, q_off, s_tok, g + RING - 2, G, 1)
-        cur = warpgroup_mma(_a_group(w, BN, A_L), ring.index(g % RING).permute([1, 0]), zero, use_acc=False,
+        cur = warpgroup_mma(a_group(w, BN, A_L), ring.index(g % RING).permute([1, 0]), zero, use_acc=False,
                             is_async=True)
         if OVERLAP:  # the fold of group g - 1 while group g's MMA runs (a second int32 dot in registers)
             # at g = 0 an exact no-op (a zero dot, t = sa = sw_p = 0: acc + 0)

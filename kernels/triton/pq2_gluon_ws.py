@@ -12,7 +12,7 @@ RING - 1 groups ahead on its own warp.
 Layout: the weight words of one 128-row block and group are one contiguous 4 KB run
 (pq2_common.block_row), so the weights are a 2-D [blocks * G * 128, 8] int32 tensor and a program's
 BN rows of group g are one TMA box; the consumer reads them from shared memory in `wgmma_layout`'
-register order (lane q holds words q and q + 4), the A operand `_a_group` builds from them lines up
+register order (lane q holds words q and q + 4), the A operand `a_group` builds from them lines up
 with the quantizer's plane-ordered activation bytes, which TMA copies as they are (128-byte swizzle).
 Tokens past M are zero-filled by TMA and their scales wrap (never stored). Groups in order through
 `group_acc`: bit-identical to `legacy`.
@@ -27,7 +27,7 @@ from radiance.kernels.triton.gluon_compat import copy_to_shared, thread_barrier,
 
 from radiance.kernels.triton.pq2_common import group_acc
 from radiance.kernels.triton.pq2_gluon_ring import store_tile
-from radiance.kernels.triton.pq2_gluon_wgmma import _a_group, wgmma_layout
+from radiance.kernels.triton.pq2_gluon_wgmma import a_group, wgmma_layout
 
 
 @gluon.jit
@@ -65,7 +65,7 @@ def _fold(qring, wring, sring, tring, ready, empty, WS, n0, N, G, BN: gl.constex
         s = g % RING
         sw_n = gl.load(WS + rn * G + gl.minimum(g + 1, G - 1)).to(gl.float32)
         mbarrier.wait(ready.index(s), (g // RING) & 1)
-        a = _a_group(wring.index(s).load(W_L), BN, A_L)
+        a = a_group(wring.index(s).load(W_L), BN, A_L)
         cur = warpgroup_mma(a, qring.index(s).permute([1, 0]), zero, use_acc=False, is_async=True)
         t = tring.index(s).load(LT)
         sa = sring.index(s).load(LT)
