@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import serve_client as client  # noqa: E402
 
-from radiance.healthchecks.probe import wait_ready  # noqa: E402
+from radiance.probe import wait_ready  # noqa: E402
 from radiance.kernels.warmup import cache_entries  # noqa: E402
 from radiance.stack import load_stacks  # noqa: E402
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from radiance import apikey
 from radiance.deploy import hoststate
 from radiance.deploy.unitspec import probe_url, unit_name
-from radiance.healthchecks import probe
+from radiance import probe
 from radiance.stack import StackFile
 
 

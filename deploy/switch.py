@@ -24,7 +24,7 @@ from filelock import FileLock, Timeout
 from radiance import apikey, atomic, paths
 from radiance.deploy import gpus, hoststate, hostcmd, systemd
 from radiance.deploy.unitspec import probe_url, start_timeout_s, stop_timeout_s, unit_name
-from radiance.healthchecks import probe
+from radiance import probe
 from radiance.state import record_ready, record_switch
 from radiance.stack import StackFile
 

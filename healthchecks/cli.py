@@ -54,7 +54,7 @@ def _bad(e: ValueError) -> None:
 @probe_app.command("live")
 def live_cmd(url: Url, timeout: Timeout = 5.0, api_key_file: KeyFile = None, api_key_env: KeyEnv = None) -> None:
     """The server process answers /health with 200 (vLLM answers 503 when its engine is dead)."""
-    from radiance.healthchecks import probe
+    from radiance import probe
 
     try:
         _finish(probe.live(url, timeout, api_key=_key(api_key_file, api_key_env)))
@@ -80,7 +80,7 @@ def ready_cmd(
         "--pid", min=1, help="With --wait: give up as soon as this process (the unit's $MAINPID) is gone.")] = None,
 ) -> None:
     """Live, the model is listed, and a 1-token completion returns within --timeout."""
-    from radiance.healthchecks import probe
+    from radiance import probe
     from radiance import state
 
     if stack and wait is None:
@@ -140,29 +140,6 @@ def exporter_cmd(
     except (exporter.ExporterError, StackFileError) as e:
         typer.echo(f"radiance exporter: {e}", err=True)
         raise typer.Exit(1) from None
-
-
-def ready_argv(url: str, model: str | None = None, *, timeout_s: float = 30.0, wait_s: float | None = None,
-               interval_s: float = 5.0, stack: str | None = None, exe: str = "radiance",
-               api_key_env: str | None = None) -> list[str]:
-    """The `radiance probe ready` command line, for units and podman's --health-cmd to embed.
-
-    Steady state (HEALTHCHECK): no `wait_s`. Startup (ExecStartPost=, vllm-switch): `wait_s` = the
-    startup window, and `stack` to record when it became ready (the exec_to_ready phase). The key
-    file of a unit's credential (`%d/...`) is a systemd specifier: the unit template appends it.
-    """
-    argv = [exe, "probe", "ready", "--url", url, "--timeout", f"{timeout_s:g}"]
-    if model:
-        argv += ["--model", model]
-    if api_key_env:
-        argv += ["--api-key-env", api_key_env]
-    if wait_s is not None:
-        argv += ["--wait", f"{wait_s:g}", "--interval", f"{interval_s:g}"]
-        if stack:
-            argv += ["--stack", stack]
-    elif stack:
-        raise ValueError("stack is recorded only by a waiting probe: give wait_s too")
-    return argv
 
 
 def register(app: typer.Typer) -> None:

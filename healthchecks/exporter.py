@@ -33,7 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from radiance import paths
-from radiance.healthchecks import probe
+from radiance import probe
 from radiance import state
 
 log = logging.getLogger("radiance.exporter")

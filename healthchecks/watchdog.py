@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from radiance.healthchecks import probe
+from radiance import probe
 
 
 def _say(msg: str) -> None:

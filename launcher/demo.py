@@ -23,7 +23,7 @@ import httpx
 import typer
 
 from radiance import paths
-from radiance.healthchecks.probe import ProbeResult, wait_ready
+from radiance.probe import ProbeResult, wait_ready
 from radiance.knobs import knob
 from radiance.launcher.cli import Mode
 from radiance.stack import bundled_example, load_stacks

@@ -21,7 +21,7 @@ import pytest
 from radiance.deploy import unitspec
 from radiance.deploy.container_spec import create_kwargs, prepare_host_dirs
 from radiance.deploy.render import render_unit
-from radiance.healthchecks import probe
+from radiance import probe
 from radiance.stack import load_stacks
 from radiance.testing.podman import remove_container
 from radiance.testing.servers import free_port

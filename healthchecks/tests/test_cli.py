@@ -61,7 +61,7 @@ def test_stack_without_wait_is_a_usage_error(openai_server):
 
 
 def test_ready_argv_runs_as_built(openai_server, tmp_path):
-    from radiance.healthchecks.cli import ready_argv
+    from radiance.probe import ready_argv
 
     s = openai_server(models=["qwen"])
     argv = ready_argv(s.url, "qwen", timeout_s=5, wait_s=10, interval_s=0.5, stack="paro", exe=str(RADIANCE))

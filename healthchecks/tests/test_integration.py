@@ -22,7 +22,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from radiance.healthchecks import dashboard, probe
+from radiance.healthchecks import dashboard
+from radiance import probe
 from radiance.launcher import demo
 from radiance.stack import bundled_example, load_stacks
 from radiance.testing import servers

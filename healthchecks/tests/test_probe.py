@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from radiance.healthchecks import probe
+from radiance import probe
 
 
 def test_down_server_is_neither_live_nor_ready(free_port):

@@ -209,3 +209,26 @@ def wait_ready(
             return ProbeResult(False, f"{result.reason} (startup window of {startup_s:g}s ran out)",
                                time.monotonic() - start)
         time.sleep(next_at - time.monotonic())
+
+
+def ready_argv(url: str, model: str | None = None, *, timeout_s: float = 30.0, wait_s: float | None = None,
+               interval_s: float = 5.0, stack: str | None = None, exe: str = "radiance",
+               api_key_env: str | None = None) -> list[str]:
+    """The `radiance probe ready` command line, for units and podman's --health-cmd to embed.
+
+    Steady state (HEALTHCHECK): no `wait_s`. Startup (ExecStartPost=, vllm-switch): `wait_s` = the
+    startup window, and `stack` to record when it became ready (the exec_to_ready phase). The key
+    file of a unit's credential (`%d/...`) is a systemd specifier: the unit template appends it.
+    """
+    argv = [exe, "probe", "ready", "--url", url, "--timeout", f"{timeout_s:g}"]
+    if model:
+        argv += ["--model", model]
+    if api_key_env:
+        argv += ["--api-key-env", api_key_env]
+    if wait_s is not None:
+        argv += ["--wait", f"{wait_s:g}", "--interval", f"{interval_s:g}"]
+        if stack:
+            argv += ["--stack", stack]
+    elif stack:
+        raise ValueError("stack is recorded only by a waiting probe: give wait_s too")
+    return argv
