@@ -23,7 +23,7 @@ from radiance.deploy import podman as podman_mod
 from radiance.deploy import gpu_kfd, gpu_nvml, systemd
 from radiance.deploy.gpus import GpuQueryError
 from radiance.deploy.unitspec import CONTAINER_USER
-from radiance.launcher.locations import model_path
+from radiance.locations import model_path
 from radiance.stack import StackFile
 
 MIN_FREE_GB = 20.0

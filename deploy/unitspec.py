@@ -18,7 +18,7 @@ from pathlib import Path
 from radiance import apikey, paths
 from radiance.deploy.layout import current as current_layout
 from radiance.probe import ready_argv
-from radiance.launcher.locations import stack_paths
+from radiance.locations import stack_paths
 from radiance.launcher.mounts import container_mounts
 from radiance.stack import Stack, StackFile
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from radiance.launcher.locations import StackPaths
+from radiance.locations import StackPaths
 
 
 @dataclass(frozen=True)

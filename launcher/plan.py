@@ -19,7 +19,7 @@ from radiance.kernels.build import arch_flags, kernel_dir
 from radiance.knobs import KNOBS, checkall_shapes
 from radiance.launcher import plan_checks
 from radiance.launcher.cache_key import Versions, cache_key, detect_versions
-from radiance.launcher.locations import StackPaths, stack_paths
+from radiance.locations import StackPaths, stack_paths
 from radiance.launcher.mounts import Mount, container_mounts
 from radiance.stack import CHECKPOINT_METHOD, MODES, PLUGIN_METHODS, Stack, StackFile, StackFileError
 from radiance.launcher.template import TemplateError, check_template

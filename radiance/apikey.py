@@ -39,7 +39,7 @@ def read_key(path: Path, what: str = "api_key_file") -> str:
 
 def stack_key_file(sf, name: str) -> Path | None:
     """The stack's `api_key_file` as a path (relative = beside the stack file), or None."""
-    from radiance.launcher.locations import stack_paths
+    from radiance.locations import stack_paths
 
     return stack_paths(sf, sf.get(name), os.environ).api_key_file
 
