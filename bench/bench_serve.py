@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -119,10 +120,7 @@ KERNEL_DEF = re.compile(r"^@(?:triton|gluon)\.jit\b[^\n]*\n(?:@[^\n]*\n)*def (\w
 
 
 def jit_compiles(log: str) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for m in JIT_RE.finditer(log):
-        counts[m.group(1)] = counts.get(m.group(1), 0) + 1
-    return counts
+    return dict(Counter(m.group(1) for m in JIT_RE.finditer(log)))
 
 
 def radiance_kernels() -> set[str]:

@@ -50,6 +50,7 @@ def serving(path: Path) -> list[str]:
     failed = {k: x for k, x in r["runs"].items() if "error" in x}
     decode = sorted({k for run in runs.values() for k in run if re.fullmatch(r"c\d+", k)}, key=lambda k: int(k[1:]))
     prefill = any("prefill" in run for run in runs.values())
+    rss = all("rss_gib" in run for run in runs.values())
     base = {q: next((x for x in runs.values() if x["quant"] in qs), None)
             for q, qs in (("bf16", ("none",)), ("awq", ("awq", "awq_marlin")))}
     gpu = r["gpu"] != "cpu"
@@ -61,12 +62,11 @@ def serving(path: Path) -> list[str]:
            f"one after another. Model: {model}. Decode: output tokens per second of wall time, that many concurrent "
            "greedy requests of the tokens named (each round in order); prefill: distinct prompts sent at once; "
            "TTFT: one prompt alone." + (" Server memory: resident set of the server and its engine processes after the "
-                                     "runs." if all("rss_gib" in run for run in runs.values()) else ""), ""]
+                                     "runs." if rss else ""), ""]
     cols = [f"c={k[1:]} ({next(iter(runs.values()))[k][0]['tokens']} tokens)" for k in decode]
     cols += ["prefill tok/s", "TTFT p50", "prefill ×awq"] if prefill else []
     cols += ["c=1 ×bf16", "c=1 ×awq"] + (["c=4 ×bf16", "c=4 ×awq"] if "c4" in decode else [])
     cols += ["c=16 worst later round ×awq"] if "c16" in decode else []
-    rss = all("rss_gib" in run for run in runs.values())
     cols += (["server memory GiB"] if rss else []) + ["kernels compiled while serving"]
     out += ["| stack | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     f = lambda x: "—" if x is None else f"{x:.2f}"  # noqa: E731

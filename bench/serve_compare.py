@@ -108,6 +108,11 @@ def reference(results: Path, stack: str, model_dir: Path) -> bool:
 
 
 CHECKED = ("paroquant", "pq2", "paroquant_mxfp4")
+
+
+def _log(run: dict, logs: Path | None) -> Path:
+    """A run's server log: where the results say, or under LOGS when the logs were moved (fetched)."""
+    return logs / Path(run["log"]).name if logs else Path(run["log"])
 CHECK_RE = re.compile(r"CHECKALL (\S+) (\w+) N=(\d+) K=(\d+) M=(\d+) rel=(\S+) rel_fp32=(\S+)")
 
 
@@ -117,7 +122,7 @@ def checkall(results: Path, logs: Path | None = None) -> tuple[bool, dict]:
     for name, run in json.loads(results.read_text())["runs"].items():
         if run["quant"] not in CHECKED or "error" in run:
             continue
-        log = logs / Path(run["log"]).name if logs else Path(run["log"])
+        log = _log(run, logs)
         per_layer: dict[str, list[float]] = defaultdict(list)
         for m in CHECK_RE.finditer(log.read_text(errors="replace")):
             per_layer[m.group(1)].append(float(m.group(6)))
@@ -145,7 +150,7 @@ def jit(results: Path, logs: Path | None = None) -> tuple[bool, dict]:
     for name, run in json.loads(results.read_text())["runs"].items():
         if "error" in run:
             continue
-        log = logs / Path(run["log"]).name if logs else Path(run["log"])
+        log = _log(run, logs)
         named = jit_compiles(log.read_text(errors="replace"))
         theirs = sorted(k for k in named if k in ours)
         rec[name] = {"named": named, "radiance": theirs, "ok": not theirs}

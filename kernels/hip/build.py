@@ -64,7 +64,7 @@ def _tool(names: Sequence[str], what: str) -> str:
 
 def command(unity: Path, src_dir: Path, arch: str, flags: Sequence[str], out_path: Path, device_only: bool) -> list[str]:
     common = ["-O3", "-std=c++17", f"-I{src_dir}", *flags]
-    target = vendor(arch) if arch != "cpu" else "cpu"
+    target = vendor(arch)
     if target == "rocm":
         if device_only:
             clang = _tool([os.environ.get("HIP_CLANG", "clang++-19"), "clang++"], f"compile check for {arch}")
