@@ -48,6 +48,7 @@ class RadianceQuantConfig(QuantizationConfig):
         self.group_size = group_size
         self.modules_to_not_convert = list(modules_to_not_convert or [])
         self.skip = skip_patterns(self.modules_to_not_convert)
+        self.hf_prefixes: list[tuple[str, str]] = []  # (vLLM prefix, checkpoint prefix), see apply_vllm_mapper
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(bits={self.bits}, group_size={self.group_size})"
@@ -68,10 +69,15 @@ class RadianceQuantConfig(QuantizationConfig):
     def get_config_filenames() -> list[str]:
         return []  # config.json's quantization_config
 
+    def apply_vllm_mapper(self, hf_to_vllm_mapper) -> None:
+        """vLLM hands the model class's checkpoint -> vLLM renames: skip patterns (written against the
+        checkpoint's module names) then also match a layer under the checkpoint's prefix."""
+        self.hf_prefixes = [(new, old) for old, new in hf_to_vllm_mapper.orig_to_new_prefix.items() if new is not None]
+
     def get_quant_method(self, layer: torch.nn.Module, prefix: str):
         if not isinstance(layer, LinearBase):
             return None  # embeddings and lm_head stay 16-bit
-        if is_skipped(prefix, self.packed_modules_mapping, self.skip):
+        if is_skipped(prefix, self.packed_modules_mapping, self.skip, self.hf_prefixes):
             return SkinnyUnquantizedLinearMethod(prefix)
         _require_eager_for_checkall()
         return self.LINEAR(self, prefix)

@@ -1,20 +1,24 @@
 """vLLM parameters for radiance's tensors, with loaders that check what the checkpoint holds.
 
 N-packed tensors (qweight, qzeros, scales) use vLLM's own parameter classes, so TP sharding and
-merged-shard offsets are vLLM's code. Rotation tensors are per projection: a merged linear keeps
-one copy per shard ([P, ...]) and `rotation_loader` puts each where vLLM's shard id says.
+merged-shard offsets are vLLM's code (a tuple shard id -- one checkpoint tensor over several
+partitions, Qwen3.5's in_proj_qkv -- is split by vLLM's fused-module loader). Rotation tensors are
+per projection: a merged linear keeps one copy per partition ([P, ...]) and the rotation loader
+puts each where vLLM's shard id says (into every partition of a tuple's span).
 vLLM's loaders cast dtypes silently and assert shapes without a message, so every loader here
 first checks the tensor against the format (`TensorSpec`) and names it in the error.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from vllm.model_executor.parameter import BasevLLMParameter, GroupQuantScaleParameter, PackedvLLMParameter
 
+from radiance.kernels import ops
 from radiance.kernels.formats import FormatError
 from radiance.plugin.layout import Layout
 
@@ -27,13 +31,10 @@ class TensorSpec:
 
 
 def check_tensor(lay: Layout, spec: TensorSpec, loaded: torch.Tensor, shard_id) -> None:
-    if lay.merged and shard_id is None:
-        raise FormatError(
-            f"{lay.prefix}.{spec.name}: checkpoint stores the merged tensor; radiance expects one tensor "
-            f"per projection ({', '.join(lay.names)})"
-        )
+    """`loaded` is what the checkpoint holds for the partitions `shard_id` names (one, a tuple's
+    consecutive span, or all of them for None: a projection stored fused)."""
     name = lay.tensor_name(shard_id, spec.name)
-    want = spec.disk_shape(lay.disk_k, lay.disk_n[lay.index(shard_id)])
+    want = spec.disk_shape(lay.disk_k, lay.disk_n_of(shard_id))
     if loaded.dtype != spec.dtype or tuple(loaded.shape) != want:
         raise FormatError(
             f"{name}: expected shape {list(want)} {spec.dtype}, got {list(loaded.shape)} {loaded.dtype} "
@@ -71,7 +72,9 @@ def packed_param(
 
 
 def rotation_param(lay: Layout, spec: TensorSpec, shape: tuple[int, ...]) -> BasevLLMParameter:
-    """[P, *shape]: one copy per vLLM shard; the last dim is K (narrowed per rank when row-sharded)."""
+    """[P, *shape]: one copy per partition; the last dim is K (narrowed per rank when row-sharded).
+    A tensor loaded for several partitions (tuple shard id, or a fused projection) is their
+    common rotation: copied into each, and merged again at prepare (ops.dedup_rotations)."""
     data = torch.empty((len(lay.shard_ids), *shape), dtype=spec.dtype)
 
     def load(param, loaded_weight, shard_id=None):
@@ -80,7 +83,8 @@ def rotation_param(lay: Layout, spec: TensorSpec, shape: tuple[int, ...]) -> Bas
         if lay.row_sharded:  # pairs are local to 128-groups and ranks hold whole groups: a plain narrow
             width = param.data.shape[-1]
             w = w.narrow(-1, lay.tp_rank * width, width)
-        param.data[lay.index(shard_id)].copy_(w)
+        for p in lay.parts(shard_id):
+            param.data[p].copy_(w)
         lay.mark(spec.name, shard_id)
 
     return BasevLLMParameter(data=data, weight_loader=load)
@@ -103,3 +107,46 @@ def rotation_params(lay: Layout, specs: dict[str, TensorSpec], krot: int) -> dic
 def partition_rotation(layer, p: int) -> tuple:
     """(pairs, theta, channel_scales) of partition p of a rotated layer."""
     return layer.pairs.data[p], layer.theta.data[p], layer.channel_scales.data[p]
+
+
+# The most distinct rotations one GPU GEMM of a rotated method takes (its kernels' own constant);
+# the CPU path takes any number. A (method, platform) with no kernel module has no entry to read:
+# ops.prepare_* then refuses the method on that platform by itself.
+_GPU_ROTATION_LIMITS = {
+    ("paroquant", "cuda"): ("radiance.kernels.paro_ops", "MAX_PARTS"),
+    ("paroquant", "rocm"): ("radiance.kernels.hip.layout", "MAX_ROTATIONS"),
+    ("paroquant_mxfp4", "cuda"): ("radiance.kernels.mxfp4_ops", "MAX_PARTS"),
+}
+
+
+def rotation_limit(method: str, platform: str) -> int | None:
+    where = _GPU_ROTATION_LIMITS.get((method, platform))
+    if where is None:
+        return None
+    try:
+        module = importlib.import_module(where[0])
+    except ModuleNotFoundError as exc:
+        if exc.name != where[0]:
+            raise
+        return None
+    return int(getattr(module, where[1]))
+
+
+def check_rotation_limit(lay: Layout, method: str, rotations: list[tuple], device) -> None:
+    """Refuse, naming the layer, a merged linear whose partitions need more distinct rotations (after
+    merging identical adjacent ones, as ops.dedup_rotations does) than this platform's GEMM takes."""
+    platform = ops.platform_of(device)
+    limit = rotation_limit(method, platform)
+    if limit is None:
+        return
+    distinct, runs = ops.dedup_rotations(rotations, lay.sizes)
+    if len(distinct) <= limit:
+        return
+    bounds = lay.partition_bounds()
+    groups = [" + ".join(dict.fromkeys(lay.names[p] for p, (n0, n1) in enumerate(bounds) if r.n0 <= n0 and n1 <= r.n1))
+              for r in runs]
+    raise FormatError(
+        f"{lay.prefix}: {len(distinct)} distinct rotations after merging identical adjacent partitions "
+        f"({'; '.join(groups)}), but radiance's {method} GEMM on {platform} takes at most {limit} per layer; "
+        "serve this checkpoint on CPU, or quantize it so that projections vLLM merges here share rotations"
+    )

@@ -2,9 +2,11 @@
 
 Per projection on disk (radiance.kernels.formats.paroquant): qweight [K, N/8] i32, qzeros
 [K/128, N/8] i32, scales [K/128, N] f16, pairs [krot, K] i16, theta [krot, K/2] f16,
-channel_scales [1, K] f16. vLLM merges q/k/v (3 shards) and gate/up (2): the N-packed tensors
-concatenate along N through vLLM's loaders; rotations stay one per shard ([P, ...]) and identical
-adjacent ones are merged at prepare time.
+channel_scales [1, K] f16. vLLM merges q/k/v (3 partitions), gate/up (2), Qwen3.5's in_proj_qkvz
+(4: in_proj_qkv fills q/k/v through one tuple shard id, in_proj_z the last): the N-packed tensors
+concatenate along N through vLLM's loaders; rotations stay one per partition ([P, ...]) and
+identical adjacent ones are merged at prepare time. The CPU path takes any number of distinct
+rotations; a GPU GEMM at most its kernels' limit (3), which prepare checks, naming the layer.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from radiance.kernels.formats import paroquant as fmt
 from radiance.plugin import checkall
 from radiance.plugin.base import RadianceLinearMethod, RadianceQuantConfig, config_int
 from radiance.plugin.layout import GROUP, Layout
-from radiance.plugin.params import TensorSpec, packed_param, partition_rotation, rotation_params
+from radiance.plugin.params import (
+    TensorSpec, check_rotation_limit, packed_param, partition_rotation, rotation_params,
+)
 from radiance.plugin.skip import checkpoint_skips
 
 PACK = 8  # int4 codes per int32
@@ -69,6 +73,7 @@ class ParoQuantLinearMethod(RadianceLinearMethod):
             part = fmt.ParoTensors(qw[:, n0 // PACK:n1 // PACK], qz[:, n0 // PACK:n1 // PACK], sc[:, n0:n1], *rot)
             fmt.validate(part, lay.names[p], self.config.bits, self.config.group_size)
             rotations.append(rot)
+        check_rotation_limit(lay, "paroquant", rotations, qw.device)
         return ops.prepare_paroquant(qw, qz, sc, rotations, lay.sizes)
 
     def _exact(self, layer, lay, x, bias):

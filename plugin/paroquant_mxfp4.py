@@ -18,7 +18,9 @@ from radiance.kernels.formats import paroquant_mxfp4 as fmt
 from radiance.plugin import checkall
 from radiance.plugin.base import RadianceLinearMethod
 from radiance.plugin.layout import Layout
-from radiance.plugin.params import TensorSpec, packed_param, partition_rotation, rotation_params
+from radiance.plugin.params import (
+    TensorSpec, check_rotation_limit, packed_param, partition_rotation, rotation_params,
+)
 from radiance.plugin.paroquant import ParoQuantConfig
 from radiance.plugin.paroquant import specs as paro_specs
 
@@ -56,6 +58,7 @@ class ParoQuantMxfp4LinearMethod(RadianceLinearMethod):
             fmt.validate(fmt.Mxfp4Tensors(w[n0:n1], sc[n0:n1], *rot), lay.names[p], self.config.bits,
                          self.config.group_size)
             rotations.append(rot)
+        check_rotation_limit(lay, "paroquant_mxfp4", rotations, w.device)
         return ops.prepare_paroquant_mxfp4(w, sc, rotations, lay.sizes)
 
     def _exact(self, layer, lay, x, bias):

@@ -12,7 +12,8 @@ from radiance.kernels.formats import FormatError
 from radiance.knobs import knob
 from radiance.plugin import custom_op
 
-# What z-lab's ParoQuant checkpoints leave in 16 bit (vision tower, GDN gate projections).
+# What z-lab's ParoQuant checkpoints leave in 16 bit (vision tower, the gated-delta-net's b/a gate
+# projections: Qwen3.5's in_proj_b / in_proj_a, merged by vLLM into in_proj_ba, Qwen3-Next's fused in_proj_ba).
 DEFAULT_SKIP = (r".*visual.*", r".*in_proj_a.*", r".*in_proj_b.*")
 
 
@@ -51,11 +52,21 @@ def checkpoint_skips(config: dict, bits: int, group_size: int) -> list[str]:
     return skips
 
 
-def is_skipped(prefix: str, packed: dict[str, list[str]], patterns: list[re.Pattern]) -> bool:
-    """A merged vLLM layer is skipped only if every projection in it is."""
+def checkpoint_names(name: str, hf_prefixes: list[tuple[str, str]]) -> list[str]:
+    """`name` (vLLM's) and what the checkpoint may call it: vLLM's model classes rename checkpoint
+    prefixes (Qwen3.5: model.language_model. -> model., or language_model.model. for the VL class);
+    `hf_prefixes` is their (vLLM prefix, checkpoint prefix) pairs (RadianceQuantConfig.apply_vllm_mapper)."""
+    return [name] + [hf + name[len(v):] for v, hf in hf_prefixes if name.startswith(v)]
+
+
+def is_skipped(prefix: str, packed: dict[str, list[str]], patterns: list[re.Pattern],
+               hf_prefixes: list[tuple[str, str]] = ()) -> bool:
+    """A merged vLLM layer is skipped only if every projection in it is. A pattern matches a
+    projection under vLLM's name or the checkpoint's (see checkpoint_names)."""
     head, _, last = prefix.rpartition(".")
     names = [f"{head}.{s}" if head else s for s in packed.get(last, [])] or [prefix]
-    hits = [any(p.search(name) for p in patterns) for name in names]
+    hits = [any(p.search(alias) for p in patterns for alias in checkpoint_names(name, list(hf_prefixes)))
+            for name in names]
     if any(hits) and not all(hits):
         raise FormatError(
             f"{prefix}: vLLM merges {', '.join(names)} into one layer, but only some of them are listed as "
