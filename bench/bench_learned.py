@@ -231,7 +231,7 @@ def whole_model(dev: str, model: Path | None, deadline: float, out: Path) -> dic
     # (the CLI module also mounts deploy/ and healthchecks/, which the device's checkout may lack)
     code = ("import sys; from radiance.quantize.convert import QuantizeOptions, quantize_checkpoint; "
             "print(quantize_checkpoint(sys.argv[1], sys.argv[2], QuantizeOptions('paroquant', 'learned', device=sys.argv[3])))")
-    cmd = [sys.executable, "-c", code, str(src), str(dest), dev]
+    cmd = [sys.executable, "-P", "-c", code, str(src), str(dest), dev]  # -P: not the checkout's own radiance/
     t0 = time.monotonic()
     lines = []
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as p:

