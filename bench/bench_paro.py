@@ -127,9 +127,7 @@ def variants(m, i8):
         # W4A8 fold 128x64 (packed nibble unpack, FMA epilogue; offline sm_90): 248 registers per
         # thread on 4 stages (2 programs per SM), 188 on 2; capped at 168: 3 programs, 64 stack
         # bytes, 16 spill loads per group
-        ops.Tile(128, 64, 4, 2, 1, "fold", maxnreg=r) for r in (168, 128)] + [
-        # fold1: one K = 128 dot, one warpgroup wait per group (2 in fold); 247 registers uncapped
-        ops.Tile(128, 64, 4, st, 1, "fold1", maxnreg=r) for st, r in ((2, 0), (2, 168), (3, 168), (4, 0))]
+        ops.Tile(128, 64, 4, 2, 1, "fold", maxnreg=r) for r in (168, 128)]
     bm = min(64, max(16, 1 << (m - 1).bit_length()))
     out = [ops.Tile(bm, 64, 4, 4, 0, "deq"), ops.Tile(bm, 256, 8, 3, 0, "deq"), ops.Tile(16, 64, 4, 3, 0, "fold"),
            ops.Tile(16, 128, 4, 4, 0, "fold")]
@@ -148,8 +146,8 @@ def variants(m, i8):
 
 
 def path_name(layer, m):
-    """What ops.forward runs for m rows: the scratch + cuBLAS path or the table's tile."""
-    if ops.takes_scratch(layer, m):
+    """What ops.forward runs for m rows: the scratch + cuBLAS path or the planned kernel's tile."""
+    if ops.kind_for(layer, m) == "scratch":
         return "scratch+cuBLAS"
     return str(ops.tile_for(layer, m))
 
@@ -157,7 +155,8 @@ def path_name(layer, m):
 def with_split(layer, m, t):
     if m > 64:
         return t
-    base = ops.tile_for(layer, m).split
+    base = ops.tile_for(layer, m, "deq" if layer.i8 else "deqt").split if ops.kind_for(layer, m) == "scratch" \
+        else ops.tile_for(layer, m).split
     sp = base if t.split == 0 else min(16, base * 2) if t.split == -2 else t.split
     # the layer reserved partials for its own splits only: grow them for the swept one
     ops.reserve_scratch(layer.wb.device, sp * m * layer.n, 0)
@@ -256,17 +255,16 @@ def main():
                     print(f"# {col} {name} M={m}: {type(e).__name__}: {str(e)[:200]}", flush=True)
             line = []
             runs = [("w4a16", p16, "a16w4"), ("w4a8", p8, "a8w4")]
-            if m > ops.scratch_min_m(p16[0]) and not p16[0].scratch_prefill:
+            if ops.kind_for(p16[0], m) not in ("scratch", "mma_gl", "gemv_gl", "gemv", "deqt"):
                 # the dequant-to-scratch + cuBLAS path on the same weights, paired in this run
                 ops.reserve_scratch(p16[0].wb.device, 0, n * k)
-                runs.append(("w4a16_scratch", [dataclasses.replace(l, scratch_prefill=True, tiles={}) for l in p16],
-                             None))
+                runs.append(("w4a16_scratch", [ops.with_kernel(l, "scratch") for l in p16], None))
             for piece in (map(int, args.scratch_rows.split(",")) if args.scratch_rows and m > 64 else ()):
                 # the scratch path at every prefill M (no wgmma band), whole or in pieces, paired in this run
                 ops.reserve_scratch(p16[0].wb.device, 0, n * k)
                 paro_scratch.side_stream(p16[0].wb.device)
-                runs.append((f"w4a16_scratch_r{piece}", [dataclasses.replace(l, scratch_prefill=True, scratch_rows=piece,
-                                                                            wgmma_max_m=0, tiles={}) for l in p16], None))
+                runs.append((f"w4a16_scratch_r{piece}", [dataclasses.replace(ops.with_kernel(l, "scratch"),
+                                                                            scratch_rows=piece) for l in p16], None))
             for label, layers, gkind in runs:
                 try:
                     us = graph_time([lambda l=l, x=xs[i % 4]: ops.forward(l, x) for i, l in enumerate(layers)])

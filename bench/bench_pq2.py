@@ -1,11 +1,16 @@
 """pq2 kernel benchmark: one script, one device call.
 
-For each 27B-class shape and M: the median time of each radiance path (and its tile candidates),
+For each 27B-class shape and M: the median time of each radiance kernel (and its tile candidates),
 cuBLAS bf16 (x @ W.t()), gemlite A16W2 / A8W2 (if importable), the 2.125-bit roofline from the
-copy bandwidth measured in this run. Timed under CUDA graphs (launch overhead out), weights
-rotated among copies larger than L2. Rows are appended to $OUT/results.jsonl as they come.
+streaming-read bandwidth measured in this run. Timed under CUDA graphs (launch overhead out),
+weights rotated among copies larger than L2. Rows are appended to $OUT/results.jsonl as they come.
 
-    python bench/bench_pq2.py --out DIR [--quick] [--shapes gate_up,down] [--ms 1,16]
+    python bench/bench_pq2.py --out DIR [--shapes gate_up,down] [--ms 1,16]
+    python bench/bench_pq2.py --sweep --write-tiles kernels/tiles/sm_90.json   # the tuner
+
+The tuner: with --sweep every candidate tile is timed, and --write-tiles keeps per (kernel, shape,
+tile class) the tile fastest summed over the class's row counts, merged into that card's file
+(pq2_table.tuned reads it; the heuristic serves what it lacks).
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from timing import graph_time, run_header
 from radiance.kernels import pq2_ops
 from radiance.kernels.launch import Launch
 from radiance.kernels.formats.pq2 import pack_ternary
-from radiance.kernels.pq2_table import CANDIDATES, SkinnyTile, band
+from radiance.kernels import pq2_table
+from radiance.kernels.pq2_table import CANDIDATES, SkinnyTile, tile_class
 
 SHAPES = {"gate_up": (34816, 5120), "down": (5120, 17408), "qkv": (14336, 5120), "out": (5120, 6144),
           "lm_head": (248320, 5120)}
@@ -66,6 +72,7 @@ def main():
     ap.add_argument("--paths", default="", help="time only these paths (comma list; default all)")
     ap.add_argument("--sweep-only", default="", help="sweep the tiles of these paths only (comma list; gluon_sk: gluon's stream-K tiles)")
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting new shapes after this")
+    ap.add_argument("--write-tiles", default="", help="with --sweep: merge the winners into this tiles/<arch>.json")
     args = ap.parse_args()
     t_start = time.time()
     torch.manual_seed(int(time.time()))
@@ -78,7 +85,8 @@ def main():
     del warm
     date, gpu, bw = run_header()
     ms = [int(v) for v in args.ms.split(",")]
-    swept = set(args.sweep_only.split(",")) if args.sweep_only else {"dp4a", "planes", "gluon", "gluon_ring", "gluon_wgmma", "gluon_ws"} if args.sweep else set()
+    swept = set(args.sweep_only.split(",")) if args.sweep_only else {"dp4a", "planes", "gluon", "gluon_wgmma", "gluon_ws"} if args.sweep else set()
+    timed: dict[tuple, dict] = {}  # (kernel, n, k, tile class) -> {tile: {m: us}} for --write-tiles
     gl_ok = not args.no_gemlite
     if gl_ok:
         try:
@@ -142,6 +150,8 @@ def main():
                     print(f"# {path} {tile} {name} M={m}: {e!r}", flush=True)
                     continue
                 results[(path, tile)] = us
+                if tile is not None:
+                    timed.setdefault((path, n, k, tile_class(m)), {}).setdefault(tile, {})[m] = us
                 emit({"path": path, "tile": tile and tile.__dict__, "N": n, "K": k, "M": m, "us": round(us, 2),
                       "roofline_us": round(roof, 2), "cublas_bf16_us": round(cub, 2),
                       "gemlite_us": gl_best and round(gl_best, 2)})
@@ -162,8 +172,31 @@ def main():
             del xs
         del layers, wbf, gls
         torch.cuda.empty_cache()
-    print(f"# launch cost: {launch_cost()}", flush=True)
+    if args.write_tiles:
+        write_tiles(args.write_tiles, timed)
+    try:
+        print(f"# launch cost: {launch_cost()}", flush=True)
+    except Exception as e:  # reported: the table above stands
+        import traceback
+
+        traceback.print_exc()
+        print(f"# launch cost failed: {type(e).__name__}: {e}", flush=True)
     print(f"# total {time.time() - t_start:.0f} s", flush=True)
+
+
+def write_tiles(path: str, timed: dict) -> None:
+    """The tuner's output: per (kernel, shape, class) the tile fastest over every M of the class
+    it was timed at, merged over the card file's other entries."""
+    from pathlib import Path
+
+    winners = dict(pq2_table.tuned(Path(path).stem))
+    for key, by_tile in timed.items():
+        ms = set().union(*(set(v) for v in by_tile.values()))
+        full = {t: sum(v.values()) for t, v in by_tile.items() if set(v) == ms}
+        if full:
+            winners[key] = min(full, key=full.get)
+    pq2_table.write_tiles(Path(path), winners)
+    print(f"# tiles: {len(winners)} entries written to {path}", flush=True)
 
 
 def variants(m, n, k, swept: set, legacy=True):
@@ -171,7 +204,7 @@ def variants(m, n, k, swept: set, legacy=True):
     table's tile (None) of the others."""
     if legacy:
         yield "legacy", None
-    b = band(m)
+    b = "m1" if m == 1 else "small" if m <= 16 else "prefill"
     if b == "m1":
         for t in (CANDIDATES["dp4a"] if "dp4a" in swept else [None]):
             yield "dp4a", t
@@ -179,7 +212,7 @@ def variants(m, n, k, swept: set, legacy=True):
     for t in (cands if "planes" in swept else [None]):
         yield "planes", t
     if b == "prefill":
-        for path in ("gluon_ring", "gluon_wgmma", "gluon_ws"):
+        for path in ("gluon_wgmma", "gluon_ws"):
             for t in (CANDIDATES[path] if path in swept else [None]):
                 yield path, t
     if b == "small":

@@ -35,10 +35,6 @@ def tiles(m: int, n: int, groups: int, sms: int, kinds: str):
                                                                ((1, 4), (2, 4), (2, 2), (4, 4)), (2, 3), (2, 4, 6, 8)):
             yield ops.Tile(mr, 8 * r * warps, warps, stages, split, "gemv_gl", 1)
     mr = 1 if m == 1 else 2 if m == 2 else 4
-    if m <= 4 and "gemv_ca" in kinds:  # the weights through a cp.async ring of `stages` buffers
-        for (r, warps), stages, split in itertools.product(((1, 4), (2, 4), (2, 2), (4, 4)), (3, 4, 6, 8),
-                                                           (2, 4, 8, 12, 16)):
-            yield ops.Tile(mr, 8 * r * warps, warps, stages, split, "gemv_ca", 1)
     if m <= 4 and "gemv_deep" in kinds:  # gemv_gl with the weights stages - 2 steps ahead in registers
         for (r, warps), stages, split in itertools.product(((1, 4), (2, 4), (4, 4)), (4, 5, 6), (4, 8, 12, 16)):
             yield ops.Tile(mr, 8 * r * warps, warps, stages, split, "gemv_gl", 1)
@@ -98,7 +94,7 @@ def main() -> None:
     ap.add_argument("--shapes", default="gate_up,down")
     ap.add_argument("--ms", default="1,4")
     ap.add_argument("--kinds", default="gemv_gl",
-                    help="kinds swept (comma list): gemv_gl, gemv_ca, gemv_deep (M <= 4), mma_gl, mma_ring (M <= 16), mma_deep (M <= 8), mma_cap (M = 9..16), mma_wide, mma_sk (M <= 16), "
+                    help="kinds swept (comma list): gemv_gl, gemv_deep (M <= 4), mma_gl, mma_ring (M <= 16), mma_deep (M <= 8), mma_cap (M = 9..16), mma_wide, mma_sk (M <= 16), "
                          "gemv (M = 1), "
                          "deq, deqt (M > 1)")
     args = ap.parse_args()
@@ -115,10 +111,10 @@ def main() -> None:
         for m in map(int, args.ms.split(",")):
             xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
             cub = graph_time([lambda w=w, x=xs[i % 4]: x @ w.t() for i, w in enumerate(wbf)])
-            table = ops.tile_for(layers[0], m)
-            os.environ["RADIANCE_PQ_GEMV"] = "triton"  # the plain Triton gemv's table tile: the paired "before"
-            before = [ops.decode_tile(m, n, k // 128, layers[0].sms, layers[0].cap)] if m == 1 else []
-            os.environ.pop("RADIANCE_PQ_GEMV")
+            scratch = ops.kind_for(layers[0], m) == "scratch"
+            table = ops.Tile(0, 0, 0, 0, kind="scratch") if scratch else ops.tile_for(layers[0], m)
+            # the plain Triton gemv's tile: the paired "before"
+            before = [ops.decode_tile("gemv", m, n, k // 128, layers[0].sms, layers[0].cap)] if m == 1 else []
             res = []
             for t in [table, *before, *tiles(m, n, k // 128, layers[0].sms, args.kinds)]:
                 if t is not table:  # the layer reserved partials for its own splits only
@@ -130,10 +126,9 @@ def main() -> None:
                     print(f"# {name} M={m} {t}: {type(e).__name__}", flush=True)
                     continue
                 res.append((us, t))
-                scratch = t is table and ops.takes_scratch(layers[0], m)
                 with open(path, "a") as f:
                     f.write(json.dumps({"shape": name, "N": n, "K": k, "M": m, "us": round(us, 2), "table": t is table,
-                                        "tile": "scratch+cuBLAS" if scratch else str(t), "roofline_us": round(roof, 2),
+                                        "tile": "scratch+cuBLAS" if t is table and scratch else str(t), "roofline_us": round(roof, 2),
                                         "cublas_bf16_us": round(cub, 2)}) + "\n")
             res.sort(key=lambda r: r[0])
             print(f"{name} M={m}: roof {roof:.1f} cuBLAS {cub:.1f} table {res and [u for u, t in res if t is table]} best:",

@@ -6,7 +6,7 @@ writes an A register of an HGMMA / IGMMA group still in flight; a loop body is w
 write at the top of the next pass (the race that was found) counts.
 
     python3 bench/wgmma_hazard.py paro 256,128,8,3      # paro_wgmma: bm tokens, bn rows, warps, ring
-    python3 bench/wgmma_hazard.py pq2 64,128,4,4 --overlap
+    python3 bench/wgmma_hazard.py pq2 64,128,4,4
     python3 bench/wgmma_hazard.py kernel.sass           # any SASS listing (nvdisasm -c)
 
 Compiling needs the device's Triton (3.6.0, unpacked on PYTHONPATH, as bench/sass_count.py).
@@ -83,7 +83,7 @@ def scan(sass: str) -> list[str]:
     return found
 
 
-def _compile(which: str, tile: str, overlap: bool) -> str:
+def _compile(which: str, tile: str) -> str:
     import os
     import subprocess
     import tempfile
@@ -102,7 +102,7 @@ def _compile(which: str, tile: str, overlap: bool) -> str:
         from radiance.kernels.triton.pq2_gluon_wgmma import pq2_wgmma as fn
         sig = {"Q": "*i8", "S": "*fp32", "T": "*i32", "W": "*i32", "WS": "*fp16", "Y": "*bf16", "M": "i32",
                "N": "i32", "K": "i32", "G": "i32"}
-        const = {"BN": bn, "BT": bt, "WARPS": warps, "RING": ring, "OVERLAP": overlap}
+        const = {"BN": bn, "BT": bt, "WARPS": warps, "RING": ring}
     names = list(sig)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if sig[n].startswith("*") or n in ("N", "K")}
     src = GluonASTSource(fn=fn, constexprs=const, attrs=attrs, signature={**sig, **{k: "constexpr" for k in const}})
@@ -118,9 +118,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("what", help="paro | pq2 | a SASS file")
     ap.add_argument("tile", nargs="?", default="256,128,8,3", help="tokens,rows,warps,ring")
-    ap.add_argument("--overlap", action="store_true", help="pq2: the OVERLAP variant")
     args = ap.parse_args()
-    sass = open(args.what).read() if args.what not in ("paro", "pq2") else _compile(args.what, args.tile, args.overlap)
+    sass = open(args.what).read() if args.what not in ("paro", "pq2") else _compile(args.what, args.tile)
     found = scan(sass)
     print("\n".join(found) if found else "no write to an in-flight wgmma's A registers")
     sys.exit(1 if found else 0)

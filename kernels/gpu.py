@@ -35,6 +35,13 @@ def sm_count(device: torch.device) -> int | None:
     return virtual[1] if virtual is not None and device.type == "cpu" else None
 
 
+def tile_target(device: torch.device) -> tuple[tuple[int, int], int]:
+    """(capability, SM count) the kernel tables choose tiles for; off CUDA (the CPU interpreter)
+    the H200's, so the interpreter runs the tiles the H200 would."""
+    cap = capability(device)
+    return ((9, 0), 132) if cap is None else (cap, sm_count(device))  # type: ignore[return-value]
+
+
 def arch(device: torch.device) -> str:
     """'sm_86' etc., '' off CUDA."""
     cap = capability(device)

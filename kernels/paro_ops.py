@@ -2,8 +2,9 @@
 
 No vLLM here. `prepare` lays out the weights (triton/paro_gemm.repack), builds the rotation tables
 (triton/paro_rotate.build_tables) and reserves the split-K / dequant scratch (allocated here, at
-load time, never inside CUDA-graph capture). `forward(layer, x)` = prologue launch + GEMM launch,
-the kind and tile chosen by `paro_table` (which kernel serves which M on which GPU).
+load time, never inside CUDA-graph capture). `forward(layer, x)` = prologue launch + GEMM launch
+(or the scratch path), the kind planned at prepare from `paro_table.KERNELS` (kernels/registry.py)
+and its tile from `paro_table`.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import torch
 
 from radiance.kernels.formats.paroquant import GROUP_SIZE
 from radiance.kernels.paro_table import (  # noqa: F401 -- the table's names, re-exported: callers say ops.Tile
-    TURING_GEMV_MAX_M, W4A16_ONLY, WGMMA_BT128_MAX_M, WGMMA_MAX_M, Tile, decode_tile, fit_tile, gemv_kind,
-    launches_dependent, prefill_tile, prologue_mode, scratch_gemm_preferred, scratch_piece_rows, smem_bytes,
-    smem_limit, stream_tile, use_int8, wgmma_prefill_max_m)
-from radiance.kernels import gpu
+    KERNELS, TURING_GEMV_MAX_M, W4A16_ONLY, WGMMA_BT128_MAX_M, WGMMA_MAX_M, Tile, decode_tile, fit_tile,
+    launches_dependent, prefill_tile, prologue_mode, scratch_piece_rows, smem_bytes, smem_limit, stream_tile,
+    use_int8)
+from radiance.kernels import gpu, registry
 from radiance.kernels.pdl import enabled as pdl_enabled
-from radiance.kernels.triton import paro_gemm, paro_rotate, paro_scratch
+from radiance.kernels.triton import interpreting, paro_gemm, paro_rotate, paro_scratch
 from radiance.knobs import knob_int
 
 MAX_PARTS = 3
@@ -70,9 +71,8 @@ class ParoLayer:
     sms: int
     decode_max_m: int
     i8: bool
-    scratch_prefill: bool
+    kernels: registry.Plan  # rows -> kernel (paro_table.KERNELS), chosen at prepare
     bias: torch.Tensor | None = None
-    wgmma_max_m: int = 0  # prefill rows up to this run the fused wgmma GEMM (wgmma_prefill_max_m)
     scratch_rows: int = 0  # scratch path: weight rows dequantized per piece, 0 = all at once (scratch_piece_rows)
     pdl: bool = False  # decode GEMMs may launch dependent on their prologue (kernels/pdl.py; the table says which)
     tiles: dict = field(default_factory=dict)
@@ -82,25 +82,19 @@ class ParoLayer:
         return self.tables.parts
 
 
-def _device_info(device: torch.device) -> tuple[tuple[int, int], int]:
-    cap = gpu.capability(device)
-    if cap is None:
-        return (9, 0), 132  # the CPU interpreter: tiles as on the H200
-    return cap, gpu.sm_count(device)
-
-
 def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: list[torch.Tensor],
             rotations: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], bounds: list[int] | None = None,
-            bias: torch.Tensor | None = None, cap: tuple[int, int] | None = None) -> ParoLayer:
+            bias: torch.Tensor | None = None, cap: tuple[int, int] | None = None, only: str | None = None) -> ParoLayer:
     """Checkpoint tensors of one linear (lists: one entry per weight piece, concatenated along N)
-    and its distinct rotations; `bounds` = first output column of rotated copies 1.. (len P-1)."""
+    and its distinct rotations; `bounds` = first output column of rotated copies 1.. (len P-1).
+    `only`: plan that kernel (e.g. "paroquant.deqt") on every row it takes (benchmarks, tests)."""
     parts = len(rotations)
     bounds = list(bounds or [])
     if not 1 <= parts <= MAX_PARTS or len(bounds) != parts - 1:
         raise ValueError(f"paroquant: {parts} distinct rotations with boundaries {bounds}; "
                          f"the GEMM takes 1..{MAX_PARTS} rotations and P-1 boundaries")
     device = qweights[0].device
-    dcap, sms = _device_info(device)
+    dcap, sms = gpu.tile_target(device)
     on_gpu = gpu.capability(device) is not None
     cap = cap or dcap
     i8 = use_int8(cap)
@@ -111,16 +105,18 @@ def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: li
         if b % 128 or not 0 < b < n:
             raise ValueError(f"paroquant: partition boundary {b} must be a multiple of 128 inside 0..{n} "
                              "(a GEMM n-block must not straddle two rotations)")
+    target = registry.Target("paroquant", "cuda", n, k, cap, i8, interpreting(), knob_int("RADIANCE_PQ_DECODE_MAX_M"))
     layer = ParoLayer(wb.to(device), sc.to(device), d.to(device),
                       paro_rotate.build_tables(rotations, device),
-                      tuple((bounds + [1 << 30, 1 << 30])[:2]), n, k, cap, sms,
-                      knob_int("RADIANCE_PQ_DECODE_MAX_M"), i8, scratch_gemm_preferred(cap, i8), bias,
-                      wgmma_prefill_max_m(cap, i8, n, on_gpu), scratch_piece_rows(),
+                      tuple((bounds + [1 << 30, 1 << 30])[:2]), n, k, cap, sms, target.decode_max_m, i8,
+                      registry.choose(KERNELS, target, only), bias, scratch_piece_rows(),
                       # the real GPU's capability: a faked one (the sm_75 configs run on the H200) never asks for it
                       pdl=on_gpu and pdl_enabled(dcap) and cap >= (9, 0))
-    part = max(decode_tile(m, n, g, sms, cap, layer.i8).split * m * n for m in range(1, layer.decode_max_m + 1))
-    deq = paro_scratch.scratch_elems(n, k, layer.scratch_rows) if layer.scratch_prefill else 0
-    if layer.scratch_prefill and layer.scratch_rows and device.type == "cuda":
+    decode = [m for m in range(1, layer.decode_max_m + 1) if layer.kernels.covers(m)]
+    part = max((tile_for(layer, m).split * m * n for m in decode if kind_for(layer, m) != "scratch"), default=0)
+    scratch = any(s.kernel == "scratch" for _, _, s in layer.kernels.pieces)
+    deq = paro_scratch.scratch_elems(n, k, layer.scratch_rows) if scratch else 0
+    if scratch and layer.scratch_rows and device.type == "cuda":
         paro_scratch.side_stream(device)  # created here, outside any graph capture
     reserve_scratch(device, part, deq)
     return layer
@@ -134,13 +130,29 @@ def check_partitions(layer: ParoLayer, a: torch.Tensor) -> None:
                          f"[{layer.parts}, M, {layer.k}] (partitions, rows, K)")
 
 
-def tile_for(layer: ParoLayer, m: int) -> Tile:
-    key = ("d", m) if m <= layer.decode_max_m else ("p", m <= WGMMA_BT128_MAX_M)
+def kind_for(layer: ParoLayer, m: int) -> str:
+    """The kernel the layer's plan runs M rows on."""
+    return layer.kernels.spec(m).kernel
+
+
+def with_kernel(layer: ParoLayer, kernel: str) -> ParoLayer:
+    """A copy of the layer whose plan runs every row on one kernel of paro_table.KERNELS (benchmarks
+    pair it against the layer's own plan; its scratch must be reserved by the caller)."""
+    spec = next((s for s in KERNELS if s.kernel == kernel), None)
+    if spec is None:
+        raise ValueError(f"paroquant: no kernel {kernel!r}; the registry has {sorted({s.kernel for s in KERNELS})}")
+    return replace(layer, kernels=registry.Plan([(1, registry.ROWS_MAX, spec)]), tiles={})
+
+
+def tile_for(layer: ParoLayer, m: int, kind: str | None = None) -> Tile:
+    """The tile of `kind` (default: the planned kernel) for M rows of this layer."""
+    kind = kind or kind_for(layer, m)
+    decode = m <= layer.decode_max_m and kind not in ("wgmma", "fold")
+    key = (kind, m) if decode else (kind, m <= WGMMA_BT128_MAX_M)
     t = layer.tiles.get(key)
     if t is None:
-        groups = layer.k // GROUP_SIZE
-        t = decode_tile(m, layer.n, groups, layer.sms, layer.cap, layer.i8) if key[0] == "d" \
-            else prefill_tile(layer.cap, layer.i8, m)
+        t = decode_tile(kind, m, layer.n, layer.k // GROUP_SIZE, layer.sms, layer.cap, layer.i8) if decode \
+            else prefill_tile(kind, layer.cap, m)
         if layer.parts > 1:
             while any(b < (1 << 30) and b % t.bn for b in layer.bounds):
                 t = replace(t, bn=t.bn // 2)
@@ -153,8 +165,8 @@ def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor | None, rs: 
     """y [M, N] (+ bias) from prologue outputs (a [P, M, K] in the format `t.kind` reads,
     s/rs [P, M, G]). pdl: launched dependent on the prologue just before it (which triggered)."""
     check_partitions(layer, a)
-    if t.kind in ("gemv_ca", "mma_gl") and layer.cap < (8, 0):
-        raise ValueError(f"paroquant {t.kind} needs sm_80+ (cp.async / mma.sync m16n8k16); this GPU is "
+    if t.kind == "mma_gl" and layer.cap < (8, 0):
+        raise ValueError(f"paroquant mma_gl needs sm_80+ (cp.async / mma.sync m16n8k16); this GPU is "
                          f"sm_{layer.cap[0]}{layer.cap[1]}: use gemv_gl")
     m = a.shape[1]
     y = torch.empty(m, layer.n, dtype=out_dtype, device=a.device)
@@ -168,36 +180,22 @@ def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor | None, rs: 
     return y
 
 
-def scratch_min_m(layer: ParoLayer) -> int:
-    """Rows above which a W4A16 call takes the dequant-to-scratch + cuBLAS path (when enabled):
-    above the decode band and the sm_90 fused band (wgmma_max_m), and on sm_75 above
-    TURING_GEMV_MAX_M (its Triton dots have no tensor cores)."""
-    if layer.cap < (8, 0):
-        return min(layer.decode_max_m, TURING_GEMV_MAX_M)
-    return max(layer.decode_max_m, layer.wgmma_max_m)
-
-
-def takes_scratch(layer: ParoLayer, m: int) -> bool:
-    """Whether forward runs m rows (with no tile forced) on the dequant-to-scratch + cuBLAS path."""
-    return layer.scratch_prefill and m > scratch_min_m(layer)
-
-
 def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
             bias: torch.Tensor | None = None) -> torch.Tensor:
     """y [M, N] = the layer applied to x [M, K] (bf16 / fp16 / fp32), plus `bias` (else the
     layer's own), added in fp32 before the output's rounding (the scratch path rounds to fp16 in
-    cuBLAS, then to x's dtype). An explicit `tile` runs the Triton GEMM even where the scratch
-    path would (benchmarks, tests)."""
+    cuBLAS, then to x's dtype). An explicit `tile` runs that Triton GEMM whatever the plan says
+    (benchmarks, tests)."""
     bias = layer.bias if bias is None else bias
     if x.dim() != 2 or x.shape[1] != layer.k:
         raise ValueError(f"paroquant: expected input [M, {layer.k}], got {list(x.shape)}")
     m = x.shape[0]
     if m == 0:  # an empty batch launches nothing (a zero-sized grid is an error for Triton)
         return x.new_empty(0, layer.n)
-    if tile is None and takes_scratch(layer, m):
+    if tile is None and kind_for(layer, m) == "scratch":
         y = paro_scratch.forward(layer, x, bias, _SCRATCH[x.device].deq)
     else:
-        t = tile or tile_for(layer, m)  # `tile` overrides the table (benchmark sweeps, tests)
+        t = tile or tile_for(layer, m)  # `tile` overrides the plan (benchmark sweeps, tests)
         if layer.i8 and t.kind in W4A16_ONLY:
             raise ValueError(f"paroquant: the {t.kind} kind is W4A16 only (RADIANCE_PQ_I8=1 asks for W4A8)")
         dep = layer.pdl and launches_dependent(t)

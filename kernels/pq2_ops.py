@@ -1,7 +1,8 @@
 """Per-layer pq2 ops on NVIDIA (Triton): prepare the weights once after loading, then forward.
 
 No vLLM here: the plugin calls `prepare` / `forward` / `skinny_linear`; the benchmark and the gpu
-tests call them directly. Path and tiles come from `pq2_table`; the kernels from `triton/pq2_*`.
+tests call them directly. The kernel per row count is planned at prepare from `pq2_table.KERNELS`
+(kernels/registry.py), its tile comes from `pq2_table`, the kernels from `triton/pq2_*`.
 
 Launch cost: prefill runs outside CUDA graphs, where Triton's Python launcher (argument binding,
 specialization keys) costs tens of µs per kernel. Each layer caches a launch plan per
@@ -10,17 +11,17 @@ specialization keys) costs tens of µs per kernel. Each layer caches a launch pl
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 import triton
 
-from radiance.kernels import gpu
+from radiance.kernels import gpu, registry
 from radiance.kernels import pq2_table as table
 from radiance.kernels.launch import INTERPRET, Launch
 from radiance.kernels.pdl import enabled as pdl_enabled
-from radiance.kernels.pq2_prefill import run_gluon_ring, run_gluon_wgmma, run_gluon_ws
+from radiance.kernels.pq2_prefill import run_gluon_wgmma, run_gluon_ws
 from radiance.kernels.triton.pq2_common import ROW_BLOCK, reduce_splits
 from radiance.kernels.triton.pq2_gemv import pq2_gemv_dp4a
 from radiance.kernels.triton.pq2_legacy import pq2_legacy_gemm
@@ -41,6 +42,8 @@ class Pq2Layer:
     scales: torch.Tensor  # [N, K/128] f16
     n: int
     k: int
+    kernels: registry.Plan  # rows -> kernel (pq2_table.KERNELS), chosen at prepare
+    exact: bool = False  # bit-identical kernels only, no split-K (a test fixture)
     plans: dict = field(default_factory=dict)
 
     @property
@@ -54,8 +57,12 @@ class Pq2Layer:
         return p
 
 
-def prepare(qweight: torch.Tensor, scales: torch.Tensor) -> Pq2Layer:
-    """Check and lay out one layer's weights for the kernels (once, after loading)."""
+def prepare(qweight: torch.Tensor, scales: torch.Tensor, exact: bool = False, only: str | None = None,
+            cap: tuple[int, int] | None = None) -> Pq2Layer:
+    """Check and lay out one layer's weights for the kernels (once, after loading) and plan its
+    kernels. `exact`: only kernels bit-identical to legacy, without split-K (tests); `only`: that
+    kernel (e.g. "pq2.legacy") on every row it takes (benchmarks, tests); `cap`: plan as on that
+    capability (the sm_86 / sm_75 choices run on the H200 in the GPU tests)."""
     if qweight.dtype != torch.uint8 or qweight.dim() != 2:
         raise ValueError(f"pq2 qweight must be [N, K/4] uint8, got {tuple(qweight.shape)} {qweight.dtype}")
     n, k = qweight.shape[0], qweight.shape[1] * 4
@@ -72,7 +79,10 @@ def prepare(qweight: torch.Tensor, scales: torch.Tensor) -> Pq2Layer:
     padded = torch.zeros(blocks * rows, k // 4, dtype=torch.uint8, device=qweight.device)
     padded[:n] = qweight
     blocked = padded.view(blocks, rows, k // GROUP, 32).transpose(1, 2).contiguous()
-    return Pq2Layer(blocked, scales.to(torch.float16).contiguous(), n, k)
+    target = registry.Target("pq2", "cuda", n, k, cap or _capability(qweight.device), interpret=INTERPRET,
+                             exact=exact)
+    return Pq2Layer(blocked, scales.to(torch.float16).contiguous(), n, k, registry.choose(table.KERNELS, target, only),
+                    exact)
 
 
 # per device: the gluon path's split-K tickets (self-resetting: the last program of a tile zeroes
@@ -108,11 +118,11 @@ def quantize_activations(x2: torch.Tensor, planes: bool, layer: Pq2Layer | None 
     return q, a, t
 
 
-def forward(layer: Pq2Layer, x: torch.Tensor, kernel_set: str | None = None,
-            path: str | None = None, tile: table.Tile | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+def forward(layer: Pq2Layer, x: torch.Tensor, path: str | None = None, tile: table.Tile | None = None,
+            out: torch.Tensor | None = None) -> torch.Tensor:
     """y = x W^T for a pq2 layer (x [..., K] fp16/bf16/fp32 -> y in x's dtype).
 
-    `path` / `tile` force a choice (benchmarks, tests); by default the set and switches decide.
+    `path` / `tile` force a choice (benchmarks, tests); by default the layer's plan decides.
     `out`: a contiguous [M, N] tensor of x's dtype to write into."""
     if x.shape[-1] != layer.k:
         raise ValueError(f"pq2 layer has K={layer.k}, input has last dim {x.shape[-1]}")
@@ -129,22 +139,19 @@ def forward(layer: Pq2Layer, x: torch.Tensor, kernel_set: str | None = None,
         y = out
     if m == 0:
         return y.reshape(*lead, layer.n)
-    path, tile = choose(layer, m, x.device, kernel_set, path, tile)
+    path, tile = choose(layer, m, x.device, path, tile)
     dep = launches_dependent(path, m, x.device)
     q, a, t = quantize_activations(x2, planes=path != "legacy", layer=layer, trigger=dep)
     gemm_quantized(layer, path, tile, q, a, t, y, pdl=dep)
     return y.reshape(*lead, layer.n)
 
 
-def choose(layer: Pq2Layer, m: int, device: torch.device, kernel_set: str | None = None, path: str | None = None,
+def choose(layer: Pq2Layer, m: int, device: torch.device, path: str | None = None,
            tile: table.Tile | None = None) -> tuple[str, table.Tile]:
-    """The (path, tile) forward runs M rows on: the kernel set's band choice and the measured table,
-    unless forced."""
-    kernel_set = kernel_set or os.environ.get("RADIANCE_PQ2_KERNELS", "tuned")
-    chosen, split_k = table.select_path(kernel_set, m, os.environ, _capability(device), layer.n)
-    path = path or chosen
+    """The (path, tile) forward runs M rows on: the layer's plan and the tile table, unless forced."""
+    path = path or layer.kernels.spec(m).kernel
     if tile is None:
-        tile = table.tile_for(path, layer.n, layer.k, m, _sms(device), split_k, gpu.arch(device))
+        tile = table.tile_for(path, layer.n, layer.k, m, _sms(device), not layer.exact, gpu.arch(device))
     return path, tile
 
 
@@ -162,22 +169,10 @@ def gemm_quantized(layer: Pq2Layer, path: str, tile: table.Tile, q: torch.Tensor
     m = q.shape[0]
     if pdl and path not in table.PDL_PATHS:
         raise table.Pq2ConfigError(f"pq2 {path}: only {', '.join(table.PDL_PATHS)} launch dependent on the quantizer")
-    if path == "legacy":
-        _run_legacy(layer, q, a, y, m, tile)
-    elif path == "planes":
-        _run_planes(layer, q, a, t, y, m, tile)
-    elif path == "gluon":
-        _run_gluon(layer, q, a, t, y, m, tile, pdl)
-    elif path == "gluon_ring":
-        run_gluon_ring(layer, q, a, t, y, m, tile)
-    elif path == "gluon_wgmma":
-        run_gluon_wgmma(layer, q, a, t, y, m, tile)
-    elif path == "gluon_ws":
-        run_gluon_ws(layer, q, a, t, y, m, tile)
-    elif path == "dp4a":
-        _run_dp4a(layer, q, a, t, y, m, tile, pdl)
-    else:
-        raise table.Pq2ConfigError(f"unknown pq2 path {path!r}")
+    run = LAUNCHERS.get(path)
+    if run is None:
+        raise table.Pq2ConfigError(f"unknown pq2 path {path!r}: use one of {', '.join(LAUNCHERS)}")
+    run(layer, q, a, t, y, m, tile, pdl) if path in table.PDL_PATHS else run(layer, q, a, t, y, m, tile)
 
 
 def _reduce(layer: Pq2Layer, p: torch.Tensor, y: torch.Tensor, splits: int) -> None:
@@ -187,7 +182,7 @@ def _reduce(layer: Pq2Layer, p: torch.Tensor, y: torch.Tensor, splits: int) -> N
     launch((triton.cdiv(mn, REDUCE_BLOCK),), p, y, mn)
 
 
-def _run_legacy(layer, q, a, y, m, tile: table.Tile) -> None:
+def _run_legacy(layer, q, a, t, y, m, tile: table.Tile) -> None:
     launch = layer.plan(("legacy", tile, y.dtype),
                         lambda: Launch(pq2_legacy_gemm, {"BM": tile.bt, "BN": tile.bn}, tile.warps, tile.stages,
                                         tile.maxnreg))
@@ -209,7 +204,7 @@ def _run_planes(layer, q, a, t, y, m, tile: table.Tile) -> None:
 
 def _run_gluon(layer, q, a, t, y, m, tile: table.Tile, pdl: bool = False) -> None:
     if (gpu.capability(y.device) or (0, 0)) < (8, 0):
-        raise table.Pq2ConfigError("the gluon pq2 path needs mma.sync int8 (sm_80+); set RADIANCE_PQ2_SMALL=planes or legacy")
+        raise table.Pq2ConfigError("the gluon pq2 path needs mma.sync int8 (sm_80+): plan another kernel")
     rt = tile.bn // (16 * tile.warps)  # m16 row tiles per warp
     ring = tile.stages if tile.stages > 1 else 0
     if tile.bt not in (8, 16) or tile.bn % (16 * tile.warps) or rt & (rt - 1) or tile.maxnreg or not 1 <= tile.bc <= 4 \
@@ -258,6 +253,11 @@ def _run_dp4a(layer, q, a, t, y, m, tile: table.Tile, pdl: bool = False) -> None
         _reduce(layer, p, y, tile.splits)
 
 
+# kernel name -> its launcher (layer, q, a, t, y, m, tile[, pdl]): the run half of pq2_table.KERNELS
+LAUNCHERS: dict[str, Callable] = {"legacy": _run_legacy, "planes": _run_planes, "gluon": _run_gluon,
+                                  "gluon_wgmma": run_gluon_wgmma, "gluon_ws": run_gluon_ws, "dp4a": _run_dp4a}
+
+
 # ----------------------------------------------------------------------------- skinny bf16 GEMM
 _SKINNY_PLANS: dict = {}
 
@@ -302,11 +302,14 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return y.reshape(*lead, n)
 
 
-def dense_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """An unquantized linear on NVIDIA as the knobs say: the skinny split-K GEMM where it applies
-    and RADIANCE_SKINNY_GEMM (default: on in the `tuned` pq2 set) allows it, else cuBLAS.
-    For kernels.ops' ("dense", "cuda") row (prepare: keep the contiguous weight)."""
-    kernel_set = os.environ.get("RADIANCE_PQ2_KERNELS", "tuned")
-    if table.skinny_enabled(kernel_set, os.environ, _capability(x.device)):
+def dense_plan(weight: torch.Tensor, cap: tuple[int, int] | None = None) -> registry.Plan:
+    """The kernel plan of an unquantized linear on NVIDIA (pq2_table.DENSE_KERNELS)."""
+    n, k = (int(d) for d in weight.shape)
+    return registry.choose(table.DENSE_KERNELS, registry.Target("dense", "cuda", n, k, cap or _capability(weight.device)))
+
+
+def dense_linear(x: torch.Tensor, weight: torch.Tensor, plan: registry.Plan, bias: torch.Tensor | None = None):
+    """An unquantized linear on NVIDIA as planned: the skinny split-K GEMM or cuBLAS."""
+    if plan.spec(x.shape[0]).kernel == "skinny":
         return skinny_linear(x, weight, bias)
     return torch.nn.functional.linear(x, weight, bias)

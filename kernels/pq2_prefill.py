@@ -1,6 +1,5 @@
-"""The pq2 prefill launchers for the Gluon kernels (M > 16): `gluon_ring` (mma.sync fed by a
-shared-memory ring, sm_80+), `gluon_wgmma` (async int8 wgmma, sm_90) and `gluon_ws` (the
-warp-specialized wgmma kernel, sm_90). Each checks its tile, builds its launch plan once per layer
+"""The pq2 prefill launchers for the Gluon kernels (M > 16, sm_90): `gluon_wgmma` (async int8
+wgmma) and `gluon_ws` (the warp-specialized wgmma kernel). Each checks its tile, builds its launch plan once per layer
 and tile, and launches; the Gluon modules are imported only where they run."""
 
 from __future__ import annotations
@@ -14,28 +13,9 @@ from radiance.kernels.launch import Launch
 from radiance.kernels.triton.pq2_quant import GROUP
 
 
-def run_gluon_ring(layer, q, a, t, y, m, tile: table.Tile) -> None:
-    if (gpu.capability(y.device) or (0, 0)) < (8, 0):
-        raise table.Pq2ConfigError("the gluon_ring pq2 path needs mma.sync int8 (sm_80+); set RADIANCE_PQ2_PREFILL=planes or legacy")
-    rt = tile.bn // (16 * tile.warps)  # m16 row tiles per warp
-    st = tile.stages
-    if tile.bt not in (8, 16, 32, 64, 128) or tile.bn % (16 * tile.warps) or rt & (rt - 1) or tile.splits != 1 \
-            or tile.maxnreg or st < 2 or st & (st - 1):
-        raise table.Pq2ConfigError(f"gluon_ring tile {tile}: bt 8..128 (a power of two), bn a power-of-two multiple of "
-                                   "16 x warps, stages a power of two >= 2, no split-K, no maxnreg")
-    from radiance.kernels.triton.pq2_gluon_ring import pq2_mma_ring  # Gluon: imported only where it runs
-
-    def make():
-        return Launch(pq2_mma_ring, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "RING": st}, tile.warps, 1)
-
-    launch = layer.plan(("gluon_ring", tile, y.dtype), make)
-    grid = (triton.cdiv(m, tile.bt), triton.cdiv(layer.n, tile.bn))
-    launch(grid, q.view(torch.int32), a, t, layer.qweight32, layer.scales, y, m, layer.n, layer.k, layer.k // GROUP)
-
-
 def run_gluon_wgmma(layer, q, a, t, y, m, tile: table.Tile) -> None:
     if (gpu.capability(y.device) or (0, 0))[0] != 9:
-        raise table.Pq2ConfigError("the gluon_wgmma pq2 path needs wgmma (sm_90); set RADIANCE_PQ2_PREFILL=planes or gluon_ring")
+        raise table.Pq2ConfigError("the gluon_wgmma pq2 path needs wgmma (sm_90): plan another kernel")
     if tile.warps not in (4, 8) or tile.bn % (16 * tile.warps) or tile.bt not in (16, 32, 64, 128) or tile.splits != 1 \
             or tile.maxnreg or tile.stages < 3:
         raise table.Pq2ConfigError(f"gluon_wgmma tile {tile}: warps 4 or 8 (warpgroups), bn a multiple of 16 x warps, "
@@ -43,8 +23,7 @@ def run_gluon_wgmma(layer, q, a, t, y, m, tile: table.Tile) -> None:
     from radiance.kernels.triton.pq2_gluon_wgmma import pq2_wgmma  # Gluon: imported only where it runs
 
     def make():
-        return Launch(pq2_wgmma, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "RING": tile.stages,
-                                   "OVERLAP": tile.overlap}, tile.warps, 1)
+        return Launch(pq2_wgmma, {"BN": tile.bn, "BT": tile.bt, "WARPS": tile.warps, "RING": tile.stages}, tile.warps, 1)
 
     launch = layer.plan(("gluon_wgmma", tile, y.dtype), make)
     grid = (triton.cdiv(m, tile.bt), triton.cdiv(layer.n, tile.bn))
@@ -53,11 +32,11 @@ def run_gluon_wgmma(layer, q, a, t, y, m, tile: table.Tile) -> None:
 
 def run_gluon_ws(layer, q, a, t, y, m, tile: table.Tile) -> None:
     if (gpu.capability(y.device) or (0, 0))[0] != 9:
-        raise table.Pq2ConfigError("the gluon_ws pq2 path needs wgmma and TMA (sm_90); set RADIANCE_PQ2_PREFILL=planes or gluon_ring")
+        raise table.Pq2ConfigError("the gluon_ws pq2 path needs wgmma and TMA (sm_90): plan another kernel")
     if tile.warps != 4 or tile.bn not in (64, 128) or tile.bt not in (32, 64, 128) \
-            or tile.splits != 1 or tile.stages < 2 or tile.overlap:
+            or tile.splits != 1 or tile.stages < 2:
         raise table.Pq2ConfigError(f"gluon_ws tile {tile}: 4 warps (one warpgroup), bn 64 or 128 (within one weight "
-                                   "block), bt 32, 64 or 128, stages >= 2, no split-K, no overlap")
+                                   "block), bt 32, 64 or 128, stages >= 2, no split-K")
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 

@@ -1,67 +1,38 @@
-"""pq2 kernel selection as data: which path runs for an M band under a kernel set, and the
-tile configuration of each path for a shape on a device. Pure Python (unit-tested on CPU);
-`pq2_ops` executes what this decides.
+"""pq2 kernel selection as data: which kernel serves which rows of a layer on which GPU (the
+registry `KERNELS`, in priority order; kernels/registry.py chooses at prepare), and each kernel's
+tile for a shape on a card: the tuner's measured winners from `tiles/<arch>.json` (written by
+`bench/bench_pq2.py --sweep --write-tiles`), else the heuristic here. Pure Python (unit-tested
+on CPU); `pq2_ops` executes what this decides. docs/nvidia.md has the band -> kernel table.
 
-Kernel sets (RADIANCE_PQ2_KERNELS):
-- legacy: the simplest correct kernel (`legacy`, one decode + int8 dot per group) everywhere,
-  cuBLAS for unquantized skinny projections;
-- exact: only paths bit-identical to legacy: the masked-plane tensor-core kernel without split-K
-  for M >= 2, legacy at M = 1 (the DP4A GEMV sums its groups in another order);
-- tuned: the fastest: DP4A GEMV at M = 1, the Gluon mma.sync kernel at M = 2..GLUON_MAX_M, the
-  masked-plane kernel above (on sm_90 the Gluon async-wgmma kernels: the warp-specialized one at
-  M = 17..64 on layers at least WGMMA_MIN_N wide and at M = 65..WS_MAX_M on narrower ones, the
-  other above; both bit-identical to legacy, so `exact` takes them too),
-  split-K where the grid is small, the skinny split-K GEMM.
-A per-path switch (RADIANCE_PQ2_M1 / _SMALL / _PREFILL, RADIANCE_SKINNY_GEMM) overrides the set
-for its band, for paired before/after runs.
+Kernels: `dp4a` (the DP4A GEMV: M = 1, and every row below sm_80), `gluon` (int8 mma.sync in
+Gluon, weight words unpacked straight into the operand registers: M = 2..GLUON_MAX_M), `planes`
+(the masked-plane int8 tl.dot kernel: the rest on sm_80+), on sm_90 `gluon_ws` and `gluon_wgmma`
+(async int8 wgmma in Gluon; warp-specialized / not) for the prefill bands below, and `legacy`
+(the simplest correct kernel, one decode + int8 dot per group). Bit-identical to legacy (the
+`exact` test fixture takes only these, without split-K): planes, gluon_ws, gluon_wgmma.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import functools
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 
-SETS = ("tuned", "exact", "legacy")
-BANDS = ("m1", "small", "prefill")
+from radiance.kernels.registry import ROWS_MAX, KernelSpec, Target, register
+
 SMALL_MAX_M = 16
-
-# band -> (knob, allowed paths)
-SWITCHES = {
-    "m1": ("RADIANCE_PQ2_M1", ("dp4a", "legacy")),
-    "small": ("RADIANCE_PQ2_SMALL", ("planes", "gluon", "dp4a", "legacy")),
-    "prefill": ("RADIANCE_PQ2_PREFILL", ("planes", "gluon_ring", "gluon_wgmma", "gluon_ws", "legacy")),
-}
-SET_PATHS = {
-    "tuned": {"m1": "dp4a", "small": "planes", "prefill": "planes"},
-    "exact": {"m1": "legacy", "small": "planes", "prefill": "planes"},
-    "legacy": {"m1": "legacy", "small": "legacy", "prefill": "legacy"},
-}
+TILES = Path(__file__).parent / "tiles"
 
 
 class Pq2ConfigError(ValueError):
-    """A kernel-set or switch value that names no path."""
+    """A tile or launch a pq2 kernel cannot take."""
 
 
-def band(m: int) -> str:
-    if m < 1:
-        raise ValueError(f"pq2 matmul with M={m} rows: M must be >= 1")
-    return "m1" if m == 1 else "small" if m <= SMALL_MAX_M else "prefill"
-
-
-def check_set(kernel_set: str) -> str:
-    if kernel_set not in SETS:
-        raise Pq2ConfigError(f"RADIANCE_PQ2_KERNELS={kernel_set!r}: use one of {', '.join(SETS)}")
-    return kernel_set
-
-
-TENSOR_CORE_PATHS = ("legacy", "planes", "gluon", "gluon_ring", "gluon_wgmma", "gluon_ws")  # int8 MMA: sm_80+ (Triton has no int8 dot on sm_75)
-WGMMA_PATHS = ("gluon_wgmma", "gluon_ws")  # sm_90 only
-
-
-# the tuned set's small band up to this many rows runs `gluon` (mma.sync with the weight words
-# unpacked straight into the operand registers), above it `planes`: on the H200 (best tile of each)
-# gluon is faster at M = 2..8 on gate_up, down, qkv and lm_head and ties on out at M = 2 and 8 (the
-# DP4A GEMV with two token rows ties or loses everywhere); at M = 16 (16 tokens per MMA) `planes`
-# leads on every shape.
+# the small band up to this many rows runs `gluon` (mma.sync with the weight words unpacked straight
+# into the operand registers), above it `planes`: on the H200 (best tile of each) gluon is faster at
+# M = 2..8 on gate_up, down, qkv and lm_head and ties on out at M = 2 and 8 (the DP4A GEMV with two
+# token rows ties or loses everywhere); at M = 16 (16 tokens per MMA) `planes` leads on every shape.
 GLUON_MAX_M = 8
 # on sm_90 the prefill band from this many rows runs `gluon_wgmma` (async int8 wgmma, weights unpacked
 # into its register A operand): on the H200 (best tile of each) faster than `planes` at M = 512 and
@@ -77,59 +48,58 @@ WGMMA_MIN_N = 8192
 # lm_head at M = 17 and a tie at 64, down and out at M = 512). It loses at M = 2048 on every shape
 # and above M = 64 on the wide ones; on N = 5120 at M <= 64 planes' split-K tiles keep down
 WS_MAX_M = 512
-# the paths whose GEMM launches dependent on the quantizer where the GPU can (kernels/pdl.py, sm_90+):
+# the kernels whose GEMM launches dependent on the quantizer where the GPU can (kernels/pdl.py, sm_90+):
 # on the H200 it takes 5-9 % off dp4a at M = 1 and 3-6 % off gluon at M = 2..8, on every shape and
 # grid (split 1 to 8, stream-K). Not planes (M = 9..16, with its split-K reduce dependent on it in
 # turn): 14-31 % slower on out, qkv and down, a tie on gate_up
 PDL_PATHS = ("dp4a", "gluon")
 
 
-def select_path(kernel_set: str, m: int, env: dict[str, str], capability: tuple[int, int] = (8, 0),
-                n: int = 0) -> tuple[str, bool]:
-    """-> (path, split_k_allowed) for M rows of a layer with N outputs on a GPU of `capability`.
-    `env` holds the switches (os.environ or a test dict). Before sm_80 every band and set runs the
-    DP4A kernel (the sets coincide there)."""
-    b = band(m)
-    path = SET_PATHS[check_set(kernel_set)][b]
-    name, allowed = SWITCHES[b]
-    raw = env.get(name, "")
-    if raw:
-        if raw not in allowed:
-            raise Pq2ConfigError(f"{name}={raw!r}: use one of {', '.join(allowed)} (or unset it to follow the set)")
-        path = raw
-    elif kernel_set == "tuned" and b == "small" and m <= GLUON_MAX_M:
-        path = "gluon"
-    elif kernel_set in ("tuned", "exact") and b == "prefill" and capability[0] == 9:
-        wide = n >= WGMMA_MIN_N
-        if (wide and m < WGMMA_MIN_M) or (not wide and WGMMA_MIN_M <= m <= WS_MAX_M):
-            path = "gluon_ws"
-        elif wide or m >= WGMMA_MIN_M:
-            path = "gluon_wgmma"
-    if capability < (8, 0):
-        if raw in TENSOR_CORE_PATHS:
-            raise Pq2ConfigError(f"{name}={raw}: int8 tensor-core kernels need sm_80+, this GPU is "
-                                 f"sm_{capability[0]}{capability[1]}; unset it (DP4A runs every M there)")
-        return "dp4a", kernel_set == "tuned"
-    if raw in WGMMA_PATHS and capability[0] != 9:
-        raise Pq2ConfigError(f"{name}={raw}: wgmma is sm_90 only, this GPU is sm_{capability[0]}{capability[1]}; "
-                             "use planes or gluon_ring")
-    # split-K changes the fp32 summation order: off in `exact` (and meaningless for legacy)
-    return path, kernel_set == "tuned"
+# ----------------------------------------------------------------------------- the registry
+def _gluon(t: Target) -> str | None:
+    return "Gluon: not under the Triton interpreter" if t.interpret else None
 
 
-def skinny_enabled(kernel_set: str, env: dict[str, str], capability: tuple[int, int] = (8, 0)) -> bool:
-    """Whether unquantized projections that skinny_applies to take the split-K GEMM: the tuned set's
-    default on sm_80+. Below sm_80 Triton lowers its dot to FMA and the tile spills ~300 bytes of
-    registers per thread (kernels/tests/test_offline_compile.py, sm_75), so cuBLAS keeps them there."""
-    raw = env.get("RADIANCE_SKINNY_GEMM", "")
-    if raw:
-        if raw not in ("0", "1"):
-            raise Pq2ConfigError(f"RADIANCE_SKINNY_GEMM={raw!r}: use 1 (split-K Triton GEMM) or 0 (cuBLAS)")
-        if raw == "1" and capability < (8, 0):
-            raise Pq2ConfigError(f"RADIANCE_SKINNY_GEMM=1 needs tensor-core dots (sm_80+); this GPU is "
-                                 f"sm_{capability[0]}{capability[1]}: unset it or use 0 (cuBLAS)")
-        return raw == "1"
-    return check_set(kernel_set) == "tuned" and capability >= (8, 0)
+def _sm90(t: Target) -> str | None:
+    return "wgmma is sm_90 only" if (t.cap or (0, 0))[0] != 9 else _gluon(t)
+
+
+def _ws_rows(t: Target) -> tuple[int, int]:
+    return (SMALL_MAX_M + 1, WGMMA_MIN_M - 1) if t.n >= WGMMA_MIN_N else (WGMMA_MIN_M, WS_MAX_M)
+
+
+def _wgmma_rows(t: Target) -> tuple[int, int]:
+    return (SMALL_MAX_M + 1 if t.n >= WGMMA_MIN_N else WGMMA_MIN_M), ROWS_MAX
+
+
+def _spec(kernel: str, rows, check=None, min_cap=None, exact=False) -> KernelSpec:
+    return KernelSpec(f"pq2.{kernel}", "cuda", rows, min_cap, check, exact)
+
+
+# Priority order. Int8 tensor-core dots need sm_80+ (Triton has none on sm_75): there the DP4A
+# GEMV runs every row (its last entry).
+KERNELS = register([
+    _spec("dp4a", lambda t: (1, 1)),
+    _spec("gluon", lambda t: (2, GLUON_MAX_M), _gluon, (8, 0)),
+    _spec("gluon_ws", _ws_rows, _sm90, (9, 0), exact=True),
+    _spec("gluon_wgmma", _wgmma_rows, _sm90, (9, 0), exact=True),
+    _spec("planes", lambda t: (2, ROWS_MAX), None, (8, 0), exact=True),
+    _spec("legacy", lambda t: (1, ROWS_MAX), None, (8, 0), exact=True),
+    _spec("dp4a", lambda t: (1, ROWS_MAX)),
+])
+
+
+def _skinny(t: Target) -> str | None:
+    return None if t.n <= SKINNY_MAX_N and t.k % 128 == 0 else f"N <= {SKINNY_MAX_N} and K a multiple of 128 only"
+
+
+# unquantized (skipped) linears on NVIDIA: the split-K Triton GEMM for few rows of a narrow
+# projection on sm_80+ (below, Triton lowers its dot to FMA and the tile spills ~300 bytes of
+# registers per thread: kernels/tests/test_offline_compile.py, sm_75), cuBLAS for the rest
+DENSE_KERNELS = register([
+    KernelSpec("dense.skinny", "cuda", lambda t: (1, SKINNY_MAX_M), (8, 0), _skinny),
+    KernelSpec("dense.cublas", "cuda", lambda t: (1, ROWS_MAX), exact=True),
+])
 
 
 @dataclass(frozen=True)
@@ -144,7 +114,6 @@ class Tile:
     stages: int = 3  # pipeline stages (Triton paths); gluon: 1 = the next step in registers, else a cp.async ring
     one_dot: bool = False  # planes path: one K=128 dot per group instead of four K=32 ones
     maxnreg: int = 0  # register cap per thread, 0 = the compiler's choice (more programs per SM; not gluon)
-    overlap: bool = True  # gluon_wgmma: fold group g - 1 while group g's MMA runs (a second int32 dot live)
     persist: int = 0  # gluon: a stream-K grid of this many programs per SM (splits unused), 0 = tiles x splits
 
 
@@ -156,46 +125,48 @@ def _splits_for(programs: int, steps: int, sms: int, min_steps: int, cap: int = 
     return s
 
 
+TILE_CLASSES = ("m1", "small", "mid", "large")
+
+
 def tile_class(m: int) -> str:
     """Tile classes (finer than the bands): m1, small (2..16), mid (17..64), large (> 64)."""
     return "m1" if m == 1 else "small" if m <= SMALL_MAX_M else "mid" if m <= 64 else "large"
 
 
-# measured winners per (device family, path, n, k, tile class), from H200 sweeps (bench/bench_pq2.py
-# --sweep): the fastest tile summed over the class's M values; the one-dot tiles won the small, mid
-# and large classes on the four 27B shapes. The M = 1 GEMV: the [BN, BC, 8] tile on block-major
-# weights, 8-16 rows per program, two row sub-tiles sharing each activation load (rr 2: faster on
-# gate_up, down and lm_head, a tie on qkv; out loses 4 % with it and keeps 8 rows)
+# the heuristic's M = 1 GEMV: the [BN, BC, 8] tile on block-major weights, two row sub-tiles sharing
+# each activation load (the H200's tuned tiles of the wide / narrow 27B shapes)
 _WIDE = Tile(bn=16, bc=8, rr=2)
 _NARROW = Tile(bn=16, bc=16, warps=8, rr=2)
 # token rows (the DP4A GEMV at M > 1: sm_75's small band) keep a single sub-tile
 _ROWS_WIDE = Tile(bn=16, bc=8)
 _ROWS_NARROW = Tile(bn=8, bc=16)
-# 32-token blocks on 128 weight rows beat 64 x 64 by 7-38 % at M = 32..64
-_MID2 = Tile(bn=128, bt=32, splits=2, one_dot=True)
-_MID4 = Tile(bn=128, bt=32, splits=4, one_dot=True)
-_LARGE = Tile(bn=64, bt=128, stages=2, one_dot=True)  # one dot: -34 %; two stages: -5 to -10 %
-_S4 = Tile(bn=128, bt=16, splits=4, one_dot=True)  # one dot: -2 to -5 % at M = 2..16
-_S8 = Tile(bn=128, bt=16, splits=8, one_dot=True)
-# M = 2..8, bt 8: the fastest gluon tile over the three M of each shape
-_G128 = Tile(bn=128, bt=8, bc=2, stages=1)
-TUNED: dict[tuple[str, str, int, int, str], Tile] = {}
-for (_n, _k), (_m1, _small, _mid, _gluon) in {
-    # gate_up: the same tile on a stream-K grid of 3 programs per SM (its 272 tiles filled 2.06 of an
-    # SM's 4 slots): faster at M = 2, a tie at M = 8 (down, qkv, out: stream-K lost)
-    (34816, 5120): (_WIDE, _S4, _MID2, replace(_G128, persist=3)),  # gate_up
-    (5120, 17408): (_NARROW, _S8, _MID4, Tile(bn=64, bt=8, bc=2, splits=8, stages=1)),  # down
-    (14336, 5120): (_WIDE, _S4, _MID2, replace(_G128, splits=4)),  # qkv
-    (5120, 6144): (Tile(bn=8, bc=16, warps=8), _S8, _MID4, Tile(bn=64, bt=8, bc=1, splits=8, stages=1)),  # out
-    (248320, 5120): (_WIDE, Tile(bn=256, bt=16), Tile(bn=64, bt=64), _G128),  # lm_head
-}.items():
-    TUNED[("sm_90", "dp4a", _n, _k, "m1")] = _m1
-    TUNED[("sm_90", "planes", _n, _k, "small")] = _small
-    TUNED[("sm_90", "planes", _n, _k, "mid")] = _mid
-    TUNED[("sm_90", "planes", _n, _k, "large")] = _LARGE
-    TUNED[("sm_90", "gluon", _n, _k, "small")] = _gluon
-# out at M = 65..512: 128 rows x 32 tokens beat the heuristic's 64 x 64 by ~6 % at M = 512
-TUNED[("sm_90", "gluon_ws", 5120, 6144, "large")] = Tile(bn=128, bt=32, warps=4, stages=4, maxnreg=128, overlap=False)
+
+
+@functools.cache
+def tuned(arch: str) -> dict[tuple[str, int, int, str], Tile]:
+    """The tuner's winners for a card, (kernel, n, k, tile class) -> Tile, from tiles/<arch>.json
+    (none for a card without a file: the heuristic serves it)."""
+    path = TILES / f"{arch}.json"
+    if not arch or not path.is_file():
+        return {}
+    known = {f.name for f in fields(Tile)}
+    out = {}
+    for e in json.loads(path.read_text())["pq2"]:
+        bad = set(e["tile"]) - known
+        if bad or e["rows"] not in TILE_CLASSES:
+            raise ValueError(f"{path}: entry {e} has unknown tile fields {sorted(bad)} or rows (use {TILE_CLASSES})")
+        out[(e["kernel"], e["n"], e["k"], e["rows"])] = Tile(**e["tile"])
+    return out
+
+
+def write_tiles(path: Path, winners: dict[tuple[str, int, int, str], Tile]) -> None:
+    """The tuner's output: one entry per line, only a tile's non-default fields beside bn."""
+    base = asdict(Tile(bn=0))
+    lines = [json.dumps({"kernel": kern, "n": n, "k": k, "rows": cls,
+                         "tile": {f: v for f, v in asdict(t).items() if f == "bn" or v != base[f]}})
+             for (kern, n, k, cls), t in sorted(winners.items())]
+    path.write_text(f'{{"card": "{path.stem}", "written_by": "bench/bench_pq2.py --sweep --write-tiles",\n'
+                    ' "pq2": [\n  ' + ",\n  ".join(lines) + "\n]}\n")
 
 
 # the tuning space bench/bench_pq2.py --sweep times (and test_pq2_gpu checks exactly)
@@ -248,23 +219,16 @@ CANDIDATES: dict[str, list[Tile]] = {
     # tokens (the sweep times bt 16 only above M = 8); the weights of the next bc groups in
     # registers (stages 1) or `stages` groups through a cp.async ring (bc 1). Loading two groups
     # ahead through a register queue measured slower.
-    # Gluon mma.sync fed by a shared-memory ring of activations (pq2_gluon_ring, M > 16): bn = 16 x
-    # warps x a power of two weight rows, bt tokens, `stages` ring stages (a power of two); no split-K
-    "gluon_ring": [Tile(bn=bn, bt=bt, warps=w, stages=st) for bn, w, bt in
-                   ((128, 4, 64), (256, 8, 64), (128, 4, 32), (256, 8, 32), (64, 4, 128), (64, 2, 64), (128, 8, 64))
-                   for st in (2, 4)],
     # Gluon async wgmma (pq2_gluon_wgmma, sm_90, M > 16): bn = 64 x warpgroups x a power of two, bt
-    # tokens, `stages` >= 3 ring stages; no split-K. 4 stages and no in-program overlap won
-    # on every shape and M (fewer registers and less shared memory: more programs per SM)
-    "gluon_wgmma": [Tile(bn=bn, bt=bt, warps=w, stages=st, overlap=ov) for bn, w, bt in
-                    ((64, 4, 64), (128, 4, 64), (128, 8, 128), (256, 8, 64)) for st in (4, 6, 8) for ov in (True, False)]
+    # tokens, `stages` >= 3 ring stages; no split-K.
+    "gluon_wgmma": [Tile(bn=bn, bt=bt, warps=w, stages=st) for bn, w, bt in
+                    ((64, 4, 64), (128, 4, 64), (128, 8, 128), (256, 8, 64)) for st in (4, 6, 8)]
     # narrow token tiles for M = 17..64
-    + [Tile(bn=bn, bt=32, warps=4, stages=4, overlap=False) for bn in (64, 128)],
+    + [Tile(bn=bn, bt=32, warps=4, stages=4) for bn in (64, 128)],
     # the warp-specialized wgmma kernel (pq2_gluon_ws, sm_90, M > 16): bn rows of one 128-row weight
     # block, bt tokens, `stages` ring stages fed by one loader warp; maxnreg caps the registers per
-    # thread before the partitions re-split them (80: 3 programs per SM, 128: 2). Folding group g - 1
-    # during group g's wgmma (overlap) never won on the H200, so the kernel has no such variant
-    "gluon_ws": [Tile(bn=bn, bt=bt, warps=4, stages=4, maxnreg=r, overlap=False) for bn, bt, r in
+    # thread before the partitions re-split them (80: 3 programs per SM, 128: 2).
+    "gluon_ws": [Tile(bn=bn, bt=bt, warps=4, stages=4, maxnreg=r) for bn, bt, r in
                  ((128, 64, 128), (64, 64, 80), (128, 32, 128), (64, 32, 80))],
     "gluon": [Tile(bn=bn, bt=bt, bc=gu, warps=w, splits=s, stages=st) for bt in (8, 16)
               for bn, w in ((64, 4), (128, 4), (256, 4), (256, 8)) for s in (1, 2, 4, 8)
@@ -286,7 +250,7 @@ def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family:
     if k % 128:
         raise ValueError(f"pq2 K={k} is not a multiple of the 128-group")
     groups = k // 128
-    t = TUNED.get((family, path, n, k, tile_class(m)))
+    t = tuned(family).get((path, n, k, tile_class(m)))
     if t is None:
         if path == "dp4a":  # the H200 sweeps: wide layers 16 rows x 8 groups, narrow ones 16 x 16 (8 warps)
             if m == 1:
@@ -307,13 +271,11 @@ def tile_for(path: str, n: int, k: int, m: int, sms: int, split_k: bool, family:
         elif path == "gluon":
             t = Tile(bn=128, bt=8, bc=2, stages=1)
             t = replace(t, splits=_splits_for(-(-n // t.bn) * -(-m // t.bt), groups, sms, 4) if split_k else 1)
-        elif path == "gluon_ring":
-            t = Tile(bn=128, bt=64, warps=4, stages=2)
         elif path == "gluon_wgmma":  # the H200's winners: 128 x 64 at M >= 512 on gate_up, down, qkv,
             # out; 64 x 64 at M = 64; 64 x 32 at M <= 32 (~1.6x faster than 64 x 64 at M = 17)
-            t = Tile(bn=128 if m > 64 else 64, bt=32 if m <= 32 else 64, warps=4, stages=4, overlap=False)
+            t = Tile(bn=128 if m > 64 else 64, bt=32 if m <= 32 else 64, warps=4, stages=4)
         elif path == "gluon_ws":  # the H200's winners: 64 rows x 32 tokens up to M = 32, x 64 above, at 3 programs per SM
-            t = Tile(bn=64, bt=32 if m <= 32 else 64, warps=4, stages=4, maxnreg=80, overlap=False)
+            t = Tile(bn=64, bt=32 if m <= 32 else 64, warps=4, stages=4, maxnreg=80)
         elif path == "legacy":
             t = Tile(bn=64, bt=16 if m <= 16 else 64, warps=4, stages=1)
         else:

@@ -44,23 +44,13 @@ KNOBS: dict[str, Knob] = {
              "CPU path: `folded` runs each linear as one GEMM in the activations' dtype (vLLM's own CPU GEMM), paroquant's rotation and channel scales folded into the dequantized weight at load (pq2: its int8 activation quantization, then a GEMM on the dequantized ternary weight); `int4` keeps paroquant's codes in 4 bits for vLLM's CPU int4 GEMM and rotates the activations per call (a quarter of the weight memory; pq2 runs folded); both are the reference's numbers up to rounding. `fp32` / `int8` run the exact reference itself, bit for bit (the dequantized weight cached in fp32, or the int8 codes rebuilt per call)."),
         Knob("RADIANCE_PQ_DECODE_MAX_M", "64", False,
              "Top of the decode (split-K GEMV) band. Must cover `max_num_seqs x (SPEC+1)` rows (a verify batch; the launcher refuses a GPU stack whose batches do not fit); at most 64 on gfx1201, whose decode kernel takes no more."),
-        Knob("RADIANCE_PQ2_KERNELS", "tuned", False,
-             "Ternary kernel set: `tuned` (fastest), `exact` (only paths bit-identical to legacy), `legacy` (simplest correct kernels)."),
-        Knob("RADIANCE_PQ2_M1", None, False,
-             "pq2 path at M = 1 on NVIDIA, overriding the kernel set: `dp4a` (plane-ordered DP4A GEMV) or `legacy`."),
-        Knob("RADIANCE_PQ2_SMALL", None, False,
-             "pq2 path at M = 2..16 on NVIDIA, overriding the kernel set: `planes` (masked-plane int8 tl.dot kernel), `gluon` (int8 mma.sync in Gluon, weight words unpacked straight into the operand registers; the `tuned` set's choice at M = 2..8 on sm_80+), `dp4a` (the DP4A GEMV, up to 4 token rows per program sharing each weight word) or `legacy`."),
-        Knob("RADIANCE_PQ2_PREFILL", None, False,
-             "pq2 path at M > 16 on NVIDIA, overriding the kernel set: `planes` (masked-plane int8 tl.dot kernel; "
-             "the sets' choice off sm_90, and on sm_90 up to M = 64 on layers narrower than 8192 outputs), "
-             "`gluon_ws` (warp-specialized async int8 wgmma in Gluon: a loader warp feeds TMA stages; sm_90 only; "
-             "the `tuned` and `exact` sets' choice there at M = 17..64 on layers with N ≥ 8192 and at M = 65..512 "
-             "on narrower ones), `gluon_wgmma` (async int8 wgmma in Gluon, weights unpacked into its register "
-             "operand; sm_90 only; the sets' choice there elsewhere above M = 64), "
-             "`gluon_ring` (int8 mma.sync in Gluon, activations through a shared-memory ring; sm_80+) "
-             "or `legacy`."),
-        Knob("RADIANCE_SKINNY_GEMM", None, False,
-             "`1`: split-K Triton GEMM for unquantized projections with M <= 16, N <= 256 on NVIDIA sm_80+ (below, its dot has no tensor cores: `1` is an error there); `0`: cuBLAS. Unset: on in the `tuned` pq2 set on sm_80+."),
+        Knob("RADIANCE_DISABLED_KERNELS", None, False,
+             "Comma-separated kernels never to plan (docs/nvidia.md has which rows each serves): the next kernel in "
+             "the method's priority order takes their rows, and a layer no kernel can serve fails at load naming "
+             "them. NVIDIA paroquant: `paroquant.mma_gl`, `.gemv_gl`, `.gemv`, `.wgmma`, `.scratch`, `.deqt`, "
+             "`.deq`, `.fold`; MXFP4-PARO: `paroquant_mxfp4.deqt`, `.deq`; pq2: `pq2.dp4a`, `.gluon`, `.gluon_ws`, `.gluon_wgmma`, `.planes`, `.legacy`; "
+             "unquantized linears: `dense.skinny`, `dense.cublas`. An unknown name is an error. For A/B runs and "
+             "for working around a kernel on one card, as vLLM's `VLLM_DISABLED_KERNELS`."),
         Knob("RADIANCE_CHAT_TEMPLATE", None, False,
              "Chat template (`.jinja`) for `radiance-launch`, overriding the stack's `chat_template` (the seed's `CHAT_TEMPLATE`). Missing or unreadable fails the launch."),
         Knob("RADIANCE_SPEC", None, False,
@@ -77,12 +67,8 @@ KNOBS: dict[str, Knob] = {
              "Reserved for the fused producers of silu-mul / gated-norm / attention-gate (with `RADIANCE_PQ_ROT_STREAM`); no kernel reads it yet.", "-rs2"),
         Knob("RADIANCE_PQ_I8", "0", True,
              "gfx1201: int8 activations on the int8 WMMA instead of fp8. NVIDIA sm_80+: W4A8 (int8 per-group activations, int8 tensor-core GEMM) instead of W4A16; on the H200 faster at M = 8..16 (W4A16's tensor-core decode leads at M = 2..4 on most shapes), slower from M = 64 and in prefill.", "-i8"),
-        Knob("RADIANCE_PQ_SCRATCH_GEMM", None, False,
-             "NVIDIA paroquant prefill: `1` dequantizes the weight to an fp16 scratch (one copy of the largest layer's weight, reserved at load) and runs cuBLAS for every prefill row, `0` keeps the fused GEMM (sm_90: `wgmma`, fp16 wgmma on weights dequantized in registers; elsewhere Triton's `deq`); unset = W4A16 through the scratch on every GPU (faster than the fused kernels at M >= 512 on the H200; on sm_75 also for decode rows above 8, where Triton has no tensor-core dot) except on sm_90 rows up to 256 of layers with N >= 8192, which run `wgmma`; the int8 GEMM for W4A8 (`1` with `RADIANCE_PQ_I8=1` is an error)."),
         Knob("RADIANCE_PQ_SCRATCH_ROWS", "0", False,
              "NVIDIA paroquant scratch path: weight rows dequantized per piece (a multiple of 128). Each piece is dequantized on a side stream while the GEMM of the piece before it runs, and the scratch holds two pieces instead of the whole largest weight; `0` = the whole weight at once. A memory knob, not a speed one: pieces cost a few percent of prefill time on the H200; with 4096 rows a 27B gate_up's scratch is 84 MB instead of 356 MB."),
-        Knob("RADIANCE_PQ_GEMV", None, False,
-             "NVIDIA paroquant M = 1 W4A16 kernel (M = 2..16 on sm_80+ run the tensor-core `mma_gl` whatever it says; on sm_75 `gluon` takes up to 8 rows): `mma` (mma.sync with the weights unpacked into its fragments, sm_80+), `gluon` (the CUDA-core GEMV, explicit layouts) or `triton` (the plain Triton GEMV, the one the CPU interpreter runs); unset = `mma` on sm_80+, `gluon` on sm_75, `triton` under `TRITON_INTERPRET=1`."),
         Knob("RADIANCE_PDL", "auto", False,
              "NVIDIA decode linears: launch the GEMM while its activation pass (pq2 quantizer, paroquant prologue) still runs, waiting for it in the kernel (programmatic dependent launch). `auto` on sm_90+, `on` requires it (an error below sm_90), `off` never. Bit-identical either way; on the H200 faster at pq2 M = 1 and on paroquant's split ≤ 4 tiles; split-8 tiles lose, so they never use it."),
     ]

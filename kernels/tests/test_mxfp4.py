@@ -115,8 +115,8 @@ def test_folded_cpu_row_matches_the_reference(dtype, mode, monkeypatch):
         assert y.dtype == dtype and _rel(y, want) < FOLDED_REL[dtype]
 
 
-def test_no_gpu_row_yet_is_an_error_that_names_the_method():
+def test_no_gfx1201_kernel_yet_is_an_error_that_names_the_method():
     t = _mx(32, 256, 0)
-    with pytest.raises(NotImplementedError, match="method=paroquant_mxfp4 platform=cuda"):
+    with pytest.raises(NotImplementedError, match="method=paroquant_mxfp4 on platform=rocm"):
         ops.prepare_paroquant_mxfp4(t.weight, t.weight_scale, [(t.pairs, t.theta, t.channel_scales)], [32],
-                                    platform="cuda")
+                                    platform="rocm")

@@ -23,18 +23,16 @@ PQ2_MS = [1, 2, 3, 8, 9, 16, 17, 64, 65, 512, 2048]  # each band edge of pq2_tab
 PARO_SHAPES = {"gate_up": ([34816], 5120), "down": ([5120], 17408), "qkv": ([14336], 5120), "out": ([5120], 6144),
                "qkv_P3": ([12288, 1024, 1024], 5120), "gate_up_P2": ([17408, 17408], 5120), "odd_n": ([1000], 1280)}
 PARO_MS = [1, 2, 3, 8, 9, 16, 17, 64, 65, 256, 257, 2048]  # each band edge of paro_table
-KNOBS = ("RADIANCE_PQ2_KERNELS", "RADIANCE_PQ2_M1", "RADIANCE_PQ2_SMALL", "RADIANCE_PQ2_PREFILL", "RADIANCE_SKINNY_GEMM",
-         "RADIANCE_PQ_I8", "RADIANCE_PQ_GEMV", "RADIANCE_PQ_SCRATCH_GEMM", "RADIANCE_PQ_SCRATCH_ROWS",
-         "RADIANCE_PQ_DECODE_MAX_M", "RADIANCE_PDL", "TRITON_INTERPRET")
+KNOBS = ("RADIANCE_DISABLED_KERNELS", "RADIANCE_PQ_I8", "RADIANCE_PQ_SCRATCH_ROWS", "RADIANCE_PQ_DECODE_MAX_M",
+         "RADIANCE_PDL", "TRITON_INTERPRET")
 
-# the kernels each card must have built: the tables' documented paths (pq2_table, paro_table)
+# the kernels each card must have built: the registries' kernels (pq2_table, paro_table)
 PQ2_EXPECT = {
     "sm_75": {"_quant_groups", "pq2_gemv_dp4a"},
-    "sm_86": {"_quant_groups", "pq2_gemv_dp4a", "pq2_mma_gl", "pq2_planes_gemm", "pq2_legacy_gemm", "skinny_splitk_gemm",
-              "pq2_mma_ring"},
-    "sm_90": {"pq2_gemv_dp4a", "pq2_mma_gl", "pq2_planes_gemm", "pq2_ws", "pq2_wgmma", "pq2_legacy_gemm", "pq2_mma_ring"},
+    "sm_86": {"_quant_groups", "pq2_gemv_dp4a", "pq2_mma_gl", "pq2_planes_gemm", "pq2_legacy_gemm", "skinny_splitk_gemm"},
+    "sm_90": {"pq2_gemv_dp4a", "pq2_mma_gl", "pq2_planes_gemm", "pq2_ws", "pq2_wgmma", "pq2_legacy_gemm"},
 }
-PARO_EXPECT = {  # the two CUDA-core GEMVs (RADIANCE_PQ_GEMV) on every card
+PARO_EXPECT = {  # the two CUDA-core GEMVs (what M = 1 runs with mma_gl disabled) on every card
     "sm_75": {"_rotate_kernel", "paro_gemv_gl", "_paro_gemv_kernel", "_dequant_kernel"},  # fp16 throughout: no cast
     "sm_86": {"_rotate_kernel", "_rotate_dense_kernel", "paro_mma_gl", "_paro_deqt_kernel", "_paro_deq_kernel",
               "_paro_fold_kernel", "_dequant_kernel", "_cast_kernel", "paro_gemv_gl", "_paro_gemv_kernel"},
@@ -78,22 +76,21 @@ def test_pq2_kernels_compile_for(arch, monkeypatch):
     from radiance.kernels import pq2_ops
     from radiance.testing.offline_compile import compile_only
 
+    # the plan as served, the exact test fixture and legacy alone (the last two: int8 MMA, sm_80+)
+    plans = [{}] + ([{"exact": True}, {"only": "pq2.legacy"}] if arch != "sm_75" else [])
     with compile_only(arch) as built:
         for n, k in PQ2_SHAPES:
-            layer = pq2_ops.prepare(torch.zeros(n, k // 4, dtype=torch.uint8), torch.ones(n, k // 128, dtype=torch.float16))
-            for kernel_set in ("tuned", "exact", "legacy"):
+            for plan in plans:
+                layer = pq2_ops.prepare(torch.zeros(n, k // 4, dtype=torch.uint8),
+                                        torch.ones(n, k // 128, dtype=torch.float16), **plan)
                 for m in PQ2_MS:
                     if n * k > 1 << 30 and m > 64:
                         continue  # lm_head prefill: the same tiles as gate_up's (pq2_table), 5 GB of CPU activations
-                    pq2_ops.forward(layer, torch.randn(m, k, dtype=_dtype(arch)), kernel_set=kernel_set)
+                    pq2_ops.forward(layer, torch.randn(m, k, dtype=_dtype(arch)))
         w = torch.zeros(96, 5120, dtype=_dtype(arch))  # the skinny unquantized projection, every M it covers
+        plan = pq2_ops.dense_plan(w)
         for m in range(1, 17):
-            pq2_ops.dense_linear(torch.randn(m, 5120, dtype=_dtype(arch)), w)
-        if arch != "sm_75":  # the sm_80+ prefill switch's own kernel
-            monkeypatch.setenv("RADIANCE_PQ2_PREFILL", "gluon_ring")
-            layer = pq2_ops.prepare(torch.zeros(5120, 1536, dtype=torch.uint8), torch.ones(5120, 48, dtype=torch.float16))
-            for m in (17, 512):
-                pq2_ops.forward(layer, torch.randn(m, 6144, dtype=_dtype(arch)))
+            pq2_ops.dense_linear(torch.randn(m, 5120, dtype=_dtype(arch)), w, plan)
     _check(built, arch, PQ2_EXPECT[arch])
 
 
@@ -118,16 +115,19 @@ def test_paroquant_kernels_compile_for(arch, monkeypatch):
     from radiance.testing.offline_compile import compile_only
 
     # W4A16 as shipped; W4A8 (int8 tensor cores: sm_80+); every prefill row on the fused GEMM;
-    # the two CUDA-core M = 1 GEMVs the knob can pick
-    modes = [{}] + ([{"RADIANCE_PQ_I8": "1"}, {"RADIANCE_PQ_SCRATCH_GEMM": "0"}] if arch != "sm_75" else []) \
-        + [{"RADIANCE_PQ_GEMV": "gluon"}, {"RADIANCE_PQ_GEMV": "triton"}]
+    # the two CUDA-core GEMVs M = 1 falls back to
+    gemv = "paroquant.mma_gl," if arch != "sm_75" else ""
+    modes = [({}, PARO_MS)] \
+        + ([({"RADIANCE_PQ_I8": "1"}, PARO_MS), ({"RADIANCE_DISABLED_KERNELS": "paroquant.scratch"}, PARO_MS)]
+           if arch != "sm_75" else []) \
+        + [({"RADIANCE_DISABLED_KERNELS": gemv}, [1]), ({"RADIANCE_DISABLED_KERNELS": gemv + "paroquant.gemv_gl"}, [1])]
     with compile_only(arch) as built:
-        for mode in modes:
+        for mode, ms in modes:
             with monkeypatch.context() as knobs:
                 for key, value in mode.items():
                     knobs.setenv(key, value)
                 for sizes, k in PARO_SHAPES.values():
                     layer = _paro_layer(sizes, k)
-                    for m in [1] if "RADIANCE_PQ_GEMV" in mode else PARO_MS:
+                    for m in ms:
                         paro_ops.forward(layer, torch.randn(m, k, dtype=_dtype(arch)))
     _check(built, arch, PARO_EXPECT[arch])

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from radiance.kernels import ops
+from radiance.kernels import cpu_ops, ops
 from radiance.kernels import reference as R
 from radiance.kernels.formats.paroquant import ParoTensors
 from radiance.quantize import rtn
@@ -44,7 +44,6 @@ def test_paroquant_cpu_is_bit_identical_to_reference(m, cpu_weights):
     assert ("w" in prep.data) == (cpu_weights == "fp32")
     x = torch.randn(m, 256).bfloat16()
     bias = torch.randn(96).bfloat16()
-    assert ops.band(m, prep.decode_max_m) == ("decode" if m <= 64 else "prefill")
     assert torch.equal(ops.linear_forward(prep, x, bias), R.paroquant_linear(x, t, bias))
 
 
@@ -69,7 +68,7 @@ def test_partition_count_guard():
     prep = _merged([_paro(64, 256, 1), _paro(32, 256, 2)])
     xs = ops.rotate_all(prep, torch.randn(2, 256))
     with pytest.raises(ValueError, match="tuple has 1 copies but the layer has 2"):
-        ops._paroquant_gemm_cpu(prep, xs[:1], None, torch.float32)
+        cpu_ops._paroquant_gemm_cpu(prep, xs[:1], None, torch.float32)
 
 
 def test_pq2_cpu_is_bit_identical_to_reference(cpu_weights):
@@ -123,22 +122,20 @@ def test_bad_cpu_weights_value(monkeypatch):
         _merged([_paro(32, 128, 0)])
 
 
-def test_dense_and_dispatch_errors(monkeypatch):
+def test_dense_and_platform_errors():
     w = torch.randn(16, 128).bfloat16()
     prep = ops.prepare_dense(w)
     x = torch.randn(3, 128).bfloat16()
     assert torch.equal(ops.linear_forward(prep, x), torch.nn.functional.linear(x, w))
     with pytest.raises(ValueError, match=r"expected input \[M, 128\]"):
         ops.linear_forward(prep, torch.randn(3, 64))
-    prep.platform = "xpu"  # a platform without rows: an error naming the key, never a fallback
-    with pytest.raises(NotImplementedError, match="method=dense platform=xpu band=decode kernel_set=tuned"):
-        ops.linear_forward(prep, x)
+    # a platform without kernels: an error naming the method and platform, never a fallback
+    with pytest.raises(NotImplementedError, match="no kernels for method=dense on platform=xpu"):
+        ops.prepare_dense(w, platform="xpu")
+    with pytest.raises(NotImplementedError, match="no kernels for method=pq2 on platform=rocm"):
+        ops.prepare_pq2(torch.zeros(16, 32, dtype=torch.uint8), torch.ones(16, 1).half(), platform="rocm")
     for platform in ("cpu", "cuda", "rocm"):  # skipped modules load on every served platform
-        assert ("dense", platform) in ops.PREPARE
-        assert all(("dense", platform, b, ks) in ops.DISPATCH for b in ops.BANDS for ks in ops.KERNEL_SETS)
-    monkeypatch.setenv("RADIANCE_PQ2_KERNELS", "fastest")
-    with pytest.raises(ValueError, match="RADIANCE_PQ2_KERNELS='fastest'"):
-        ops.kernel_set("pq2")
+        assert "dense" in ops.PLATFORMS[platform]
 
 
 def test_kernels_run_without_vllm():

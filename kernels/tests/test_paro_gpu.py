@@ -140,11 +140,10 @@ def test_every_kernel_kind(shape, i8, gen):
     for m in (1, 3, 64, 300):
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         ref = rnd.reference_merged(x, parts, act)
-        split = ops.tile_for(layer, m).split
+        split = ops.tile_for(layer, m, "deqt" if m <= layer.decode_max_m else "deq").split
         tiles = [ops.Tile(16, 64, 4, 3, split, "fold"), ops.Tile(16, 128, 4, 3, split, "deq"),
                  ops.Tile(64, 128, 4, 4, split, "deq"), ops.Tile(128, 64, 4, 4, 1, "fold"),
-                 ops.Tile(128, 64, 4, 2, 1, "fold"), ops.Tile(128, 64, 4, 2, 1, "fold", maxnreg=168),
-                 ops.Tile(16, 64, 4, 3, split, "fold1"), ops.Tile(128, 64, 4, 2, 1, "fold1", maxnreg=168)]
+                 ops.Tile(128, 64, 4, 2, 1, "fold"), ops.Tile(128, 64, 4, 2, 1, "fold", maxnreg=168)]
         if not i8:
             tiles += [ops.Tile(1, bn, w, 3, split, "gemv") for bn, w in ((64, 4), (128, 4), (256, 8))]
             tiles += [ops.Tile(bm, bn, w, st, sp, "deqt") for bm, bn, w, st, sp in
@@ -167,9 +166,6 @@ def test_every_kernel_kind(shape, i8, gen):
             if torch.cuda.get_device_capability()[0] == 9:  # wgmma (bm tokens x bn rows, no split-K)
                 tiles += [ops.Tile(bm, bn, w, st, 1, "wgmma") for bm, bn, w, st in
                           ((64, 64, 4, 4), (128, 64, 4, 3), (128, 128, 8, 3), (256, 128, 8, 3), (128, 256, 8, 4))]
-            tiles += [ops.Tile(mr, bn, w, st, sp, "gemv_ca") for mr, bn, w, st, sp in
-                      ((1, 64, 4, 4, split), (1, 32, 4, 2, 1), (2, 64, 4, 3, split), (4, 32, 4, 6, split),
-                       (1, 128, 4, 8, split))]
         for t in tiles:
             err = rnd.rel(ops.forward(layer, x, tile=t), ref)
             assert err <= 2e-3, f"{shape} M={m} {t}: rel {err:.2e}"
@@ -200,10 +196,10 @@ def test_scratch_cublas_path(gen, monkeypatch):
     from radiance.kernels import paro_ops as ops
     from radiance.testing import paro_random as rnd
 
-    monkeypatch.setenv("RADIANCE_PQ_SCRATCH_GEMM", "1")
+    monkeypatch.setenv("RADIANCE_DISABLED_KERNELS", "paroquant.wgmma")
     parts = _layers([1024, 1024], 5120, gen)
     layer = _prepare(parts, False)
-    assert layer.scratch_prefill
+    assert ops.kind_for(layer, 300) == "scratch"
     x = torch.randn(300, 5120, device="cuda", dtype=torch.bfloat16)
     assert rnd.rel(ops.forward(layer, x), rnd.reference_merged(x, parts, None)) <= 2e-3
 
@@ -217,10 +213,10 @@ def test_wgmma_prefill_band_on_sm90(gen, monkeypatch):
 
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("wgmma is sm_90's")
-    monkeypatch.delenv("RADIANCE_PQ_SCRATCH_GEMM", raising=False)
+    monkeypatch.delenv("RADIANCE_DISABLED_KERNELS", raising=False)
     parts = _layers([8192, 1024], 1024, gen)
     layer = _prepare(parts, False)
-    assert layer.wgmma_max_m == ops.WGMMA_MAX_M and ops.scratch_min_m(layer) == ops.WGMMA_MAX_M
+    assert ops.kind_for(layer, ops.WGMMA_MAX_M) == "wgmma" and ops.kind_for(layer, ops.WGMMA_MAX_M + 1) == "scratch"
     bias = torch.randn(9216, device="cuda", dtype=torch.bfloat16)
     for m in (65, 128, 129, 256, 257):
         assert ops.tile_for(layer, m).kind == "wgmma"
@@ -237,7 +233,7 @@ def test_scratch_pieces_on_a_side_stream_and_in_a_cuda_graph(gen, monkeypatch):
     from radiance.kernels import paro_ops as ops
     from radiance.testing import paro_random as rnd
 
-    monkeypatch.setenv("RADIANCE_PQ_SCRATCH_GEMM", "1")
+    monkeypatch.setenv("RADIANCE_DISABLED_KERNELS", "paroquant.wgmma")
     monkeypatch.setenv("RADIANCE_PQ_SCRATCH_ROWS", "512")
     parts = _layers([1024, 1536], 2048, gen)
     layer = _prepare(parts, False)
@@ -330,7 +326,7 @@ def test_real_qwen_layer(i8):
             assert err <= 2e-3, f"real {site} M={m}: rel {err:.2e}"
 
 
-def test_dispatch_table_row(gen):
+def test_ops_plan_with_bias(gen):
     from radiance.kernels import ops
     from radiance.testing import paro_random as rnd
 

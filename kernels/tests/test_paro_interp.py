@@ -20,7 +20,7 @@ def test_kernels_under_interpreter():
     pytest.importorskip("triton")
     env = dict(os.environ, TRITON_INTERPRET="1", RADIANCE_PQ_DECODE_MAX_M="64")
     env.pop("RADIANCE_PQ_I8", None)
-    env.pop("RADIANCE_PQ_SCRATCH_GEMM", None)
+    env.pop("RADIANCE_DISABLED_KERNELS", None)
     proc = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "checks passed" in proc.stdout
@@ -101,8 +101,9 @@ def _main() -> None:
             for m in (1, 3) if layer.k > 1024 else (1, 3, 70):  # prefill tiles on the small-K cases
                 x = torch.randn(m, layer.k, generator=gen).to(torch.float16)
                 ref = rnd.reference_merged(x, parts, act)
-                base = ops.tile_for(layer, m)
-                kinds = ("fold", "fold1", "deq") + (() if i8 else ("gemv", "deqt"))
+                # the plan's Triton tile (the scratch path's rows: the fused deq GEMM's)
+                base = ops.tile_for(layer, m, "deq" if ops.kind_for(layer, m) == "scratch" else None)
+                kinds = ("fold", "deq") + (() if i8 else ("gemv", "deqt"))
                 tiles = [base] + [ops.Tile(16 if k != "gemv" else 1, 64 if k != "gemv" else 32, 4, 2,
                                            base.split, k) for k in kinds] if m == 3 else [base]
                 for t in tiles:
@@ -116,10 +117,9 @@ def _main() -> None:
             for m in (1, 3) if layer.k > 1024 else (1, 3, 70):
                 x = torch.randn(m, layer.k, generator=gen).to(torch.float16)
                 ref = rnd.reference_merged(x, parts, "int8_group" if i8 else None) + bias.float()
-                check(f"bias {'W4A8' if i8 else 'W4A16'} {name} M={m} {ops.tile_for(layer, m)}",
+                check(f"bias {'W4A8' if i8 else 'W4A16'} {name} M={m} {ops.kind_for(layer, m)}",
                       rnd.rel(ops.forward(layer, x, bias=bias), ref), 2e-3)
-    os.environ["RADIANCE_PQ_I8"] = "0"
-    os.environ["RADIANCE_PQ_SCRATCH_GEMM"] = "1"
+    os.environ["RADIANCE_PQ_I8"] = "0"  # W4A16 prefill: the scratch path
     qw, qz, sc, rots, bounds = rnd.merged(cases[1][1])
     layer = ops.prepare(qw, qz, sc, rots, bounds, cap=(7, 5))
     x = torch.randn(70, layer.k, generator=gen).to(torch.float16)

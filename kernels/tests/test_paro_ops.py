@@ -1,5 +1,5 @@
-"""paroquant NVIDIA dispatch on CPU with a faked GPU capability: tile fitting, Turing choices,
-knob overrides and refusals, the partition guard, the weight repack and rotation tables."""
+"""paroquant NVIDIA kernel plans on CPU with faked GPU capabilities: tile fitting, Turing choices,
+disabled kernels and refusals, the partition guard, the weight repack and rotation tables."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from radiance.kernels import paro_ops as ops
+from radiance.kernels import paro_table as table
+from radiance.kernels import registry
 from radiance.kernels import reference
 from radiance.kernels.formats.paroquant import unpack_awq
 from radiance.kernels.triton import paro_gemm, paro_rotate, split_finish
@@ -18,45 +20,49 @@ def gen():
     return torch.Generator().manual_seed(3)
 
 
-def test_turing_tiles_are_halved_to_fit_64kb(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")  # no Gluon: the H200 takes Triton's deq tile too
-    h200 = ops.prefill_tile((9, 0), i8=False)
-    turing = ops.prefill_tile((7, 5), i8=False)
+def kernel(m: int, cap=(9, 0), n: int = 34816, i8: bool = False, interpret: bool = False) -> str:
+    """The kernel paro_table.KERNELS plans for M rows of an N x 5120 layer on that capability."""
+    return registry.choose(table.KERNELS, registry.Target("paroquant", "cuda", n, 5120, cap, i8, interpret)).spec(m).kernel
+
+
+def test_turing_tiles_are_halved_to_fit_64kb():
+    h200 = ops.prefill_tile("deq", (9, 0))
+    turing = ops.prefill_tile("deq", (7, 5))
     assert ops.smem_bytes(h200, 2) > 64 * 1024  # the H200 tile would not fit a Turing SM
     assert ops.smem_bytes(turing, 2) <= 64 * 1024
     assert (turing.bm, turing.bn) != (h200.bm, h200.bn) or turing.stages < h200.stages
     assert h200 == ops.Tile(128, 256, 8, 3, 1, "deq")  # the H200 choice is unchanged by the fitting
-    monkeypatch.delenv("TRITON_INTERPRET")
-    # on a real sm_90 the fused wgmma kind, 128-token tiles up to M = 128; its activation ring fits
-    assert ops.prefill_tile((9, 0), False, 100) == ops.Tile(128, 128, 8, 3, 1, "wgmma")
-    assert ops.prefill_tile((9, 0), False) == ops.Tile(256, 128, 8, 3, 1, "wgmma")
-    assert ops.smem_bytes(ops.prefill_tile((9, 0), False), 2) <= ops.smem_limit((9, 0))
-    assert ops.prefill_tile((8, 6), False).kind == "deq"
+    # the fused wgmma kind, 128-token tiles up to M = 128; its activation ring fits
+    assert ops.prefill_tile("wgmma", (9, 0), 100) == ops.Tile(128, 128, 8, 3, 1, "wgmma")
+    assert ops.prefill_tile("wgmma", (9, 0)) == ops.Tile(256, 128, 8, 3, 1, "wgmma")
+    assert ops.smem_bytes(ops.prefill_tile("wgmma", (9, 0)), 2) <= ops.smem_limit((9, 0))
     # the W4A8 register cap was measured on sm_90 only (3 programs per SM there; sm_86 would spill)
-    assert ops.prefill_tile((9, 0), i8=True) == ops.Tile(128, 64, 4, 2, 1, "fold", maxnreg=168)
-    assert ops.prefill_tile((8, 6), i8=True) == ops.Tile(128, 64, 4, 2, 1, "fold")
+    assert ops.prefill_tile("fold", (9, 0)) == ops.Tile(128, 64, 4, 2, 1, "fold", maxnreg=168)
+    assert ops.prefill_tile("fold", (8, 6)) == ops.Tile(128, 64, 4, 2, 1, "fold")
     for m in (1, 16, 64):
-        t = ops.decode_tile(m, 5120, 136, 30, (7, 5))
+        t = ops.decode_tile(kernel(m, (7, 5), 5120) if m <= 8 else "deqt", m, 5120, 136, 30, (7, 5))
         assert t.kind in ("gemv", "gemv_gl", "deqt")
         assert ops.smem_bytes(t, 2) <= 64 * 1024
+    with pytest.raises(ValueError, match="'wgmma' is no decode-band kind"):
+        ops.decode_tile("wgmma", 1, 5120, 40, 132, (9, 0))
 
 
 def test_turing_decode_rows_stay_on_the_gemv_then_go_to_the_scratch(monkeypatch):
     # sm_75: Triton's dots have no tensor cores there, so the GEMV takes up to TURING_GEMV_MAX_M
     # rows (4 per program) and the scratch + cuBLAS path everything above
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.delenv("RADIANCE_PQ_GEMV", raising=False)
     assert ops.TURING_GEMV_MAX_M == 8
     for m, bm in ((1, 1), (2, 2), (3, 4), (8, 4)):
-        t = ops.decode_tile(m, 34816, 40, 30, (7, 5))
-        assert (t.kind, t.bm) == ("gemv_gl", bm), (m, t)
+        assert kernel(m, (7, 5)) == "gemv_gl"
+        t = ops.decode_tile("gemv_gl", m, 34816, 40, 30, (7, 5))
+        assert t.bm == bm, (m, t)
         assert bm < 4 or t.bn == 64  # 2 columns per thread at 4 rows (register budget)
-    assert ops.decode_tile(9, 34816, 40, 30, (7, 5)).kind == "deqt"  # only if the scratch path is off
-    assert ops.decode_tile(3, 34816, 40, 30, (8, 6)).kind == "mma_gl"  # Ampere has the tensor cores
-    assert ops.decode_tile(9, 34816, 40, 30, (8, 6)).kind == "mma_gl"
-    assert ops.decode_tile(17, 34816, 40, 30, (8, 6)).kind == "deqt"
-    monkeypatch.setenv("RADIANCE_PQ_GEMV", "triton")  # the interpreter's kernel: one row per program
-    assert ops.decode_tile(5, 34816, 40, 30, (7, 5)).kind == "gemv"
+    assert kernel(9, (7, 5)) == kernel(2048, (7, 5)) == "scratch"
+    assert kernel(3, (8, 6)) == kernel(9, (8, 6)) == "mma_gl"  # Ampere has the tensor cores
+    assert kernel(17, (8, 6)) == "deqt"
+    monkeypatch.setenv("RADIANCE_DISABLED_KERNELS", "paroquant.scratch")
+    assert kernel(9, (7, 5)) == "deqt" and kernel(65, (7, 5)) == "deq"
+    monkeypatch.setenv("RADIANCE_DISABLED_KERNELS", "paroquant.gemv_gl")  # the interpreter's kernel: one row per program
+    assert kernel(5, (7, 5)) == "gemv"
 
 
 @pytest.mark.parametrize("m, n, groups, want", [
@@ -73,38 +79,34 @@ def test_turing_decode_rows_stay_on_the_gemv_then_go_to_the_scratch(monkeypatch)
     (16, 5120, 136, ops.Tile(16, 64, 2, 3, 8, "mma_gl")),  # down
     (17, 5120, 48, ops.Tile(32, 64, 4, 3, 8, "deqt")),  # above MMA_GL_MAX_M the Triton kind
 ])
-def test_h200_decode_table(monkeypatch, m, n, groups, want):
+def test_h200_decode_table(m, n, groups, want):
     # the H200 sweep's choices on the 27B shapes (132 SMs, sm_90)
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.delenv("RADIANCE_PQ_GEMV", raising=False)
-    assert ops.decode_tile(m, n, groups, 132, (9, 0)) == want
+    assert kernel(m, n=n) == want.kind
+    assert ops.decode_tile(want.kind, m, n, groups, 132, (9, 0)) == want
 
 
 def test_scratch_takes_over_above_the_band(gen):
-    layer = ops.prepare(*rnd.merged([rnd.random_layer(128, 256, gen)]), cap=(7, 5))
-    assert layer.scratch_prefill and ops.scratch_min_m(layer) == ops.TURING_GEMV_MAX_M
+    turing = ops.prepare(*rnd.merged([rnd.random_layer(128, 256, gen)]), cap=(7, 5))
+    assert [ops.kind_for(turing, m) for m in (8, 9, 300)] == ["gemv_gl", "scratch", "scratch"]
     h200 = ops.prepare(*rnd.merged([rnd.random_layer(128, 256, gen)]), cap=(9, 0))
-    assert ops.scratch_min_m(h200) == h200.decode_max_m
+    assert ops.kind_for(h200, h200.decode_max_m) == "deqt" and ops.kind_for(h200, h200.decode_max_m + 1) == "scratch"
 
 
-@pytest.mark.parametrize("cap, i8, n, on_gpu, knob, want", [
-    ((9, 0), False, 34816, True, None, ops.WGMMA_MAX_M),  # gate_up on the H200
-    ((9, 0), False, 5120, True, None, 0),  # down / out: too few programs, the scratch path wins
-    ((9, 0), True, 34816, True, None, 0),  # W4A8 keeps its int8 GEMM
-    ((8, 6), False, 34816, True, None, 0),  # wgmma is sm_90's
-    ((9, 0), False, 34816, False, None, 0),  # the CPU interpreter runs no Gluon
-    ((9, 0), False, 34816, True, "1", 0),  # the knob pins the scratch path for every prefill row
+@pytest.mark.parametrize("cap, i8, n, interpret, disabled, want", [
+    ((9, 0), False, 34816, False, "", "wgmma"),  # gate_up on the H200, up to WGMMA_MAX_M
+    ((9, 0), False, 5120, False, "", "scratch"),  # down / out: too few programs, the scratch path wins
+    ((9, 0), True, 34816, False, "", "fold"),  # W4A8 keeps its int8 GEMM
+    ((8, 6), False, 34816, False, "", "scratch"),  # wgmma is sm_90's
+    ((9, 0), False, 34816, True, "", "scratch"),  # the CPU interpreter runs no Gluon
+    ((9, 0), False, 34816, False, "paroquant.wgmma", "scratch"),  # the scratch path for every prefill row
+    ((9, 0), False, 5120, False, "paroquant.scratch", "wgmma"),  # the fused GEMM for every prefill row
+    ((8, 6), False, 5120, False, "paroquant.scratch", "deq"),
 ])
-def test_wgmma_prefill_band(monkeypatch, gen, cap, i8, n, on_gpu, knob, want):
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    if knob is None:
-        monkeypatch.delenv("RADIANCE_PQ_SCRATCH_GEMM", raising=False)
-    else:
-        monkeypatch.setenv("RADIANCE_PQ_SCRATCH_GEMM", knob)
-    assert ops.wgmma_prefill_max_m(cap, i8, n, on_gpu) == want
-    layer = ops.prepare(*rnd.merged([rnd.random_layer(128, 256, gen)]), cap=(9, 0))
-    layer.wgmma_max_m = want  # what prepare stores on such a GPU
-    assert ops.scratch_min_m(layer) == max(layer.decode_max_m, want)
+def test_wgmma_prefill_band(monkeypatch, cap, i8, n, interpret, disabled, want):
+    monkeypatch.setenv("RADIANCE_DISABLED_KERNELS", disabled)
+    assert kernel(100, cap, n, i8, interpret) == want
+    wide = want == "wgmma" and not disabled
+    assert kernel(ops.WGMMA_MAX_M + 1, cap, n, i8, interpret) == ("scratch" if wide else want)
 
 
 def test_fit_tile_refuses_an_impossible_limit():
@@ -112,30 +114,7 @@ def test_fit_tile_refuses_an_impossible_limit():
         ops.fit_tile(ops.Tile(128, 128, 8, 3), 1024)
 
 
-@pytest.mark.parametrize("cap, i8, knob, want", [((7, 5), False, None, True), ((8, 6), False, None, True),
-                                                  ((9, 0), False, None, True), ((9, 0), True, None, False),
-                                                  ((7, 5), False, "0", False), ((9, 0), False, "0", False),
-                                                  ((9, 0), False, "1", True)])
-def test_scratch_gemm_for_w4a16_prefill_with_override(monkeypatch, cap, i8, knob, want):
-    # W4A16 prefill goes through dequant + cuBLAS on every GPU (measured faster on the H200),
-    # W4A8 keeps its int8 GEMM; the knob pins either way
-    if knob is None:
-        monkeypatch.delenv("RADIANCE_PQ_SCRATCH_GEMM", raising=False)
-    else:
-        monkeypatch.setenv("RADIANCE_PQ_SCRATCH_GEMM", knob)
-    assert ops.scratch_gemm_preferred(cap, i8) is want
-
-
-def test_scratch_gemm_with_w4a8_is_refused(monkeypatch):
-    monkeypatch.setenv("RADIANCE_PQ_SCRATCH_GEMM", "1")
-    with pytest.raises(ValueError, match="RADIANCE_PQ_I8=1 asks for W4A8"):
-        ops.scratch_gemm_preferred((9, 0), True)
-
-
 def test_bad_knob_values_are_errors(monkeypatch):
-    monkeypatch.setenv("RADIANCE_PQ_SCRATCH_GEMM", "yes")
-    with pytest.raises(ValueError, match="RADIANCE_PQ_SCRATCH_GEMM"):
-        ops.scratch_gemm_preferred((9, 0), False)
     monkeypatch.setenv("RADIANCE_PQ_SCRATCH_ROWS", "100")
     with pytest.raises(ValueError, match="RADIANCE_PQ_SCRATCH_ROWS=100: use 0"):
         ops.scratch_piece_rows()
@@ -153,25 +132,19 @@ def test_w4a8_below_ampere_is_refused_not_downgraded(monkeypatch):
 
 
 def test_decode_split_fills_the_gpu_and_respects_groups(monkeypatch):
-    # gate_up: the measured wide-layer Gluon gemv tile (RADIANCE_PQ_GEMV=gluon), ~12 programs per SM by split-K
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.setenv("RADIANCE_PQ_GEMV", "gluon")
-    assert ops.decode_tile(1, 34816, 40, 132, (9, 0)) == ops.Tile(1, 128, 4, 3, 6, "gemv_gl", 1)
-    assert ops.decode_tile(2, 34816, 40, 132, (9, 0)) == ops.Tile(8, 128, 4, 4, 2, "mma_gl")  # the knob: M = 1 only
-    assert ops.decode_tile(2, 34816, 40, 132, (7, 5)) == ops.Tile(2, 128, 4, 2, 6, "gemv_gl", 1)  # no mma.sync
-    assert ops.decode_tile(9, 34816, 40, 132, (9, 0)).kind == "mma_gl"  # 16 tokens per program
-    assert ops.decode_tile(17, 34816, 40, 132, (9, 0)).kind == "deqt"
-    assert ops.decode_tile(17, 34816, 40, 132, (9, 0)).split == 4  # 544 BM-32 tiles -> ~16 programs per SM
-    assert ops.decode_tile(64, 34816, 40, 132, (9, 0)).split == 2  # BM 64: ~8 per SM (the measured best)
-    assert ops.decode_tile(4, 34816, 40, 132, (9, 0), i8=True).kind == "deq"  # deqt is W4A16 only
-    down = ops.decode_tile(1, 5120, 136, 132, (9, 0))
-    assert down.split > 1 and (down.bm, down.kind) == (1, "gemv_gl")
-    assert ops.decode_tile(1, 5120, 136, 132, (9, 0), i8=True).kind == "deq"  # gemv is W4A16 only
-    assert ops.decode_tile(9, 5120, 136, 132, (9, 0)).bm == 16
-    assert ops.decode_tile(1, 128, 2, 132, (9, 0)).split == 1  # never more splits than groups / 2
-    monkeypatch.delenv("RADIANCE_PQ_GEMV")
-    assert ops.decode_tile(1, 128, 2, 132, (9, 0)) == ops.Tile(8, 64, 2, 4, 1, "mma_gl")
-    assert ops.decode_tile(40, 5120, 40, 132, (9, 0)).bm == 64
+    # gate_up: the measured wide-layer Gluon gemv tile, ~12 programs per SM by split-K
+    assert ops.decode_tile("gemv_gl", 1, 34816, 40, 132, (9, 0)) == ops.Tile(1, 128, 4, 3, 6, "gemv_gl", 1)
+    assert ops.decode_tile("gemv_gl", 2, 34816, 40, 132, (7, 5)) == ops.Tile(2, 128, 4, 2, 6, "gemv_gl", 1)
+    assert kernel(9) == "mma_gl" and kernel(17) == "deqt"  # 16 tokens per program, then the Triton kind
+    assert ops.decode_tile("deqt", 17, 34816, 40, 132, (9, 0)).split == 4  # 544 BM-32 tiles -> ~16 programs per SM
+    assert ops.decode_tile("deqt", 64, 34816, 40, 132, (9, 0)).split == 2  # BM 64: ~8 per SM (the measured best)
+    assert kernel(4, i8=True) == kernel(1, i8=True) == "deq"  # mma_gl, gemv and deqt are W4A16 only
+    down = ops.decode_tile("gemv_gl", 1, 5120, 136, 132, (9, 0))
+    assert down.split > 1 and down.bm == 1
+    assert ops.decode_tile("mma_gl", 9, 5120, 136, 132, (9, 0)).bm == 16
+    assert ops.decode_tile("gemv_gl", 1, 128, 2, 132, (9, 0)).split == 1  # never more splits than groups / 2
+    assert ops.decode_tile("mma_gl", 1, 128, 2, 132, (9, 0)) == ops.Tile(8, 64, 2, 4, 1, "mma_gl")
+    assert ops.decode_tile("deqt", 40, 5120, 40, 132, (9, 0)).bm == 64
 
 
 def test_prepare_checks_partitions_and_boundaries(gen):
@@ -191,8 +164,8 @@ def test_prepare_checks_partitions_and_boundaries(gen):
 def test_merged_tile_never_straddles_a_boundary(gen):
     parts = [rnd.random_layer(384, 256, gen), rnd.random_layer(128, 256, gen)]
     layer = ops.prepare(*rnd.merged(parts), cap=(9, 0))
-    for m in (1, 100):
-        assert 384 % ops.tile_for(layer, m).bn == 0
+    for m, kind in ((1, None), (64, None), (100, "deq"), (100, "wgmma")):
+        assert 384 % ops.tile_for(layer, m, kind).bn == 0
 
 
 def test_repack_is_the_checkpoint_codes(gen):
@@ -225,30 +198,17 @@ def test_empty_batch_and_wrong_width(gen):
         ops.forward(layer, torch.zeros(2, 384, dtype=torch.bfloat16))
 
 
-def test_gemv_kind_knob(monkeypatch):
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.delenv("RADIANCE_PQ_GEMV", raising=False)
-    assert ops.gemv_kind((9, 0)) == "mma_gl" and ops.gemv_kind((8, 6)) == "mma_gl"
-    assert ops.gemv_kind((7, 5)) == "gemv_gl"  # no mma.sync m16n8k16 on Turing
-    monkeypatch.setenv("RADIANCE_PQ_GEMV", "gluon")
-    assert ops.gemv_kind((9, 0)) == "gemv_gl"
-    monkeypatch.setenv("RADIANCE_PQ_GEMV", "triton")  # the paired "before" of a benchmark
-    assert ops.gemv_kind((9, 0)) == "gemv"
-    assert ops.decode_tile(1, 34816, 40, 132, (9, 0)) == ops.Tile(1, 16, 2, 1, 1, "gemv", 4)
-    assert ops.decode_tile(2, 34816, 40, 132, (9, 0)).kind == "mma_gl"  # the knob picks the M = 1 kernel only
-    monkeypatch.setenv("RADIANCE_PQ_GEMV", "mma")
-    with pytest.raises(ValueError, match="RADIANCE_PQ_GEMV=mma needs .* sm_75"):
-        ops.gemv_kind((7, 5))
-    monkeypatch.setenv("RADIANCE_PQ_GEMV", "fast")
-    with pytest.raises(ValueError, match="RADIANCE_PQ_GEMV='fast'"):
-        ops.gemv_kind((9, 0))
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    for raw in ("gluon", "mma"):
-        monkeypatch.setenv("RADIANCE_PQ_GEMV", raw)
-        with pytest.raises(ValueError, match="interpreter cannot run Gluon"):
-            ops.gemv_kind((9, 0))
-    monkeypatch.delenv("RADIANCE_PQ_GEMV")
-    assert ops.gemv_kind((9, 0)) == "gemv"
+def test_disabling_the_m1_kernels(monkeypatch):
+    assert kernel(1) == kernel(1, (8, 6)) == "mma_gl" and kernel(1, (7, 5)) == "gemv_gl"  # no mma.sync on Turing
+    assert kernel(1, interpret=True) == "gemv"  # the interpreter runs no Gluon
+    monkeypatch.setenv("RADIANCE_DISABLED_KERNELS", "paroquant.mma_gl")
+    assert kernel(1) == kernel(2) == "gemv_gl" and kernel(3) == "deqt"
+    monkeypatch.setenv("RADIANCE_DISABLED_KERNELS", "paroquant.mma_gl,paroquant.gemv_gl")  # a benchmark's "before"
+    assert kernel(1) == "gemv" and kernel(2) == "deqt"
+    assert ops.decode_tile("gemv", 1, 34816, 40, 132, (9, 0)) == ops.Tile(1, 16, 2, 1, 1, "gemv", 4)
+    monkeypatch.setenv("RADIANCE_DISABLED_KERNELS", "paroquant.deq")
+    with pytest.raises(NotImplementedError, match=r"paroquant on sm_90 at M=1\.\.64.*paroquant.deq: disabled"):
+        kernel(1, i8=True)
 
 
 @pytest.mark.parametrize("programs, tiles, groups", [(660, 272, 40), (396, 272, 40), (660, 80, 48), (5, 3, 7),

@@ -46,7 +46,7 @@ def test_paroquant_h200_table_rows(m, expected):
     # the H200 decode table: gate_up and qkv launch dependent at M = 1..8, down and out never
     shapes = {"gate_up": (34816, 5120), "qkv": (14336, 5120), "down": (5120, 17408), "out": (5120, 6144)}
     assert {name for name, (n, k) in shapes.items()
-            if paro_table.launches_dependent(paro_table.decode_tile(m, n, k // 128, 132, (9, 0)))} == expected
+            if paro_table.launches_dependent(paro_table.decode_tile("mma_gl", m, n, k // 128, 132, (9, 0)))} == expected
 
 
 def test_pq2_rule_never_on_cpu():

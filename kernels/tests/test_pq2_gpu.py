@@ -2,8 +2,8 @@
 
 Fresh random weights and activations each run; outputs poisoned (NaN) before each run and
 checked fully written; integer parts checked exactly (integer activations with group amax 127,
-unit scales, fp32 output: every path must return the exact integer matmul); `exact` bit-identical
-to `legacy`; the launch plan's direct path bit-identical to Triton's launcher.
+unit scales, fp32 output: every path must return the exact integer matmul); the exact kernels
+bit-identical to `legacy`; the launch plan's direct path bit-identical to Triton's launcher.
 """
 
 from __future__ import annotations
@@ -41,11 +41,11 @@ def _ms_for(n):
 
 
 def _paths(m):
-    from radiance.kernels.pq2_table import band
+    from radiance.kernels.pq2_table import tile_class
 
-    # dp4a at M > 1: the sm_75 path and RADIANCE_PQ2_SMALL=dp4a (up to 4 token rows per program)
+    # dp4a at M > 1: the sm_75 path (up to 4 token rows per program)
     return {"m1": ["legacy", "dp4a"], "small": ["legacy", "planes", "gluon", "dp4a"],
-            "prefill": ["legacy", "planes", "gluon_ring"] + _wgmma()}[band(m)]
+            "mid": ["legacy", "planes"] + _wgmma(), "large": ["legacy", "planes"] + _wgmma()}[tile_class(m)]
 
 
 def _wgmma():
@@ -72,7 +72,7 @@ def test_paths_match_reference(n, k):
         x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
         ref = reference.pq2_linear(x.float(), tens)
         for path in _paths(m):
-            y = _run(layer, x, kernel_set="tuned", path=path)
+            y = _run(layer, x, path=path)
             err = ((y.float() - ref).norm() / ref.norm()).item()
             assert err <= 2e-3, f"{path} N={n} K={k} M={m}: rel err {err:.2e}"
 
@@ -91,7 +91,7 @@ def test_integer_parts_exact(n, k):
         assert torch.equal(q.float(), x) and bool((a == 1).all())
         exact = (x.double() @ w.t()).float()
         for path in _paths(m):
-            y = _run(layer, x, kernel_set="tuned", path=path)
+            y = _run(layer, x, path=path)
             assert torch.equal(y, exact), f"{path} M={m}: integer accumulators differ from the reference"
         for planes in (False, True):
             pq, pa, pt = pq2_ops.quantize_activations(x.bfloat16(), planes=planes)
@@ -119,8 +119,10 @@ def test_prefill_gluon_tiles_exact(n, k):
     # the Gluon prefill kernels' candidates (integer-exact) at a ragged and a 5-wave M
     from radiance.kernels.pq2_table import CANDIDATES
 
+    if not _wgmma():
+        pytest.skip("the Gluon prefill kernels are sm_90's")
     layer, _, codes = _layer(n, k, _cuda(), unit_scales=True)
-    _exact_tiles(layer, codes, k, [(m, p, CANDIDATES[p]) for m in (17, 300) for p in ["gluon_ring"] + _wgmma()])
+    _exact_tiles(layer, codes, k, [(m, p, CANDIDATES[p]) for m in (17, 300) for p in _wgmma()])
 
 
 def _exact_tiles(layer, codes, k, cases):
@@ -152,14 +154,18 @@ def test_quant_matches_reference_bitwise():
 
 
 @pytest.mark.parametrize("n,k", [(5120, 6144), (14336, 5120), (4100, 1152)])
-def test_exact_set_bit_identical_to_legacy(n, k):
+def test_exact_kernels_bit_identical_to_legacy(n, k):
+    from radiance.kernels import pq2_ops
+
     dev = _cuda()
-    layer, _, _ = _layer(n, k, dev)
+    layer, tens, _ = _layer(n, k, dev)
+    exact = pq2_ops.prepare(tens.qweight, tens.scales, exact=True)
+    legacy_only = pq2_ops.prepare(tens.qweight, tens.scales, only="pq2.legacy")
     for m in [1, 2, 5, 16, 17, 64, 100, 512]:
         x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-        legacy = _run(layer, x, kernel_set="legacy")
-        assert torch.equal(_run(layer, x, kernel_set="exact"), legacy), f"M={m}"
-        for path in ["gluon_ring"] + _wgmma() if m > 16 else []:  # groups in order, pq2_common's epilogue
+        legacy = _run(legacy_only, x)
+        assert torch.equal(_run(exact, x), legacy), f"M={m}"
+        for path in _wgmma() if m > 16 else []:  # groups in order, pq2_common's epilogue
             assert torch.equal(_run(layer, x, path=path), legacy), f"{path} M={m}"
 
 
@@ -173,9 +179,8 @@ def test_split_k_deterministic_and_plan_matches_launcher():
     for m, path, tile in [(1, "dp4a", Tile(bn=16, bc=8, splits=4)), (4, "planes", Tile(bn=64, bt=16, splits=8)),
                           (300, "planes", Tile(bn=128, bt=128, warps=8)),
                           (5, "gluon", Tile(bn=128, bt=8, bc=2, splits=8, stages=1)),
-                          (5, "gluon", Tile(bn=64, bt=8, bc=1, splits=4, stages=4)),
-                          (300, "gluon_ring", Tile(bn=128, bt=64, stages=4))] \
-            + [(300, p, Tile(bn=64, bt=64, stages=4, overlap=p == "gluon_wgmma")) for p in _wgmma()]:  # tickets reset between calls; gluon_ws has no overlap
+                          (5, "gluon", Tile(bn=64, bt=8, bc=1, splits=4, stages=4))] \
+            + [(300, p, Tile(bn=64, bt=64, stages=4)) for p in _wgmma()]:
         x = torch.randn(m, 17408, device=dev, dtype=torch.bfloat16)
         _run(a, torch.randn_like(x), path=path, tile=tile)  # compiles a's plan
         y1 = _run(a, x, path=path, tile=tile)  # direct compiled launch
@@ -223,18 +228,19 @@ def test_dependent_launch_bit_identical_back_to_back(monkeypatch):
 
 @pytest.mark.parametrize("n,k", [(5120, 6144), (4100, 1152)])  # EVEN tiles and ragged ones
 def test_rtx3090_choices_on_this_gpu(n, k):
-    """The path and tile the tables pick for an sm_86 card with 82 SMs (no wgmma there: gluon,
+    """The kernel and tile the plan picks for an sm_86 card with 82 SMs (no wgmma there: gluon,
     planes and legacy; heuristic tiles, e.g. the 8-warp prefill tile), run here for their numerics."""
+    from radiance.kernels import pq2_ops, reference
     from radiance.kernels import pq2_table as table
-    from radiance.kernels import reference
 
-    layer, tens, _ = _layer(n, k, _cuda())
-    for kernel_set in ("tuned", "exact"):
+    _, tens, _ = _layer(n, k, _cuda())
+    for exact in (False, True):
+        layer = pq2_ops.prepare(tens.qweight, tens.scales, exact=exact, cap=(8, 6))
         for m in MS:
-            path, split_k = table.select_path(kernel_set, m, {}, (8, 6), n)
-            tile = table.tile_for(path, n, k, m, 82, split_k, "sm_86")
+            path = layer.kernels.spec(m).kernel
+            tile = table.tile_for(path, n, k, m, 82, not exact, "sm_86")
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             ref = reference.pq2_linear(x.float(), tens)
-            y = _run(layer, x, kernel_set=kernel_set, path=path, tile=tile)
+            y = _run(layer, x, path=path, tile=tile)
             err = ((y.float() - ref).norm() / ref.norm()).item()
-            assert err <= 2e-3, f"sm_86 {kernel_set} {path} {tile} M={m}: rel err {err:.2e}"
+            assert err <= 2e-3, f"sm_86 exact={exact} {path} {tile} M={m}: rel err {err:.2e}"

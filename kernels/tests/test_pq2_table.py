@@ -1,4 +1,4 @@
-"""pq2 dispatch logic (pure Python) and the Triton kernels' integer logic in Triton's CPU
+"""pq2 kernel plans and tiles (pure Python) and the Triton kernels' integer logic in Triton's CPU
 interpreter (TRITON_INTERPRET=1, in a subprocess so the real JIT elsewhere is untouched)."""
 
 from __future__ import annotations
@@ -11,37 +11,49 @@ import textwrap
 import pytest
 
 from radiance.kernels import pq2_table as table
+from radiance.kernels import registry
 
 
-def test_bands():
-    assert [table.band(m) for m in (1, 2, 16, 17, 2048)] == ["m1", "small", "small", "prefill", "prefill"]
-    with pytest.raises(ValueError):
-        table.band(0)
+def kernel(m: int, cap=(9, 0), n: int = 5120, exact: bool = False, only: str | None = None) -> str:
+    t = registry.Target("pq2", "cuda", n, 5120, cap, exact=exact)
+    return registry.choose(table.KERNELS, t, only).spec(m).kernel
 
 
-@pytest.mark.parametrize("kset,m,path,split", [
-    ("tuned", 1, "dp4a", True), ("tuned", 2, "gluon", True), ("tuned", 8, "gluon", True), ("tuned", 9, "planes", True),
-    ("tuned", 16, "planes", True), ("tuned", 512, "planes", True),
-    ("exact", 1, "legacy", False), ("exact", 8, "planes", False), ("exact", 2048, "planes", False),
-    ("legacy", 1, "legacy", False), ("legacy", 16, "legacy", False), ("legacy", 17, "legacy", False),
+@pytest.mark.parametrize("m,exact,path", [
+    (1, False, "dp4a"), (2, False, "gluon"), (8, False, "gluon"), (9, False, "planes"), (16, False, "planes"),
+    (1, True, "legacy"), (8, True, "planes"), (64, True, "planes"),
 ])
-def test_set_paths(kset, m, path, split):
-    assert table.select_path(kset, m, {}) == (path, split)
+def test_plan_rows(m, exact, path):
+    assert kernel(m, (8, 6), exact=exact) == path
 
 
-def test_switch_overrides_its_band_only():
-    env = {"RADIANCE_PQ2_SMALL": "legacy"}
-    assert table.select_path("tuned", 4, env)[0] == "legacy"
-    assert table.select_path("tuned", 1, env)[0] == "dp4a"
-    assert table.select_path("legacy", 1, {"RADIANCE_PQ2_M1": "dp4a"})[0] == "dp4a"
+def test_disabling_a_kernel_hands_its_rows_on(monkeypatch):
+    monkeypatch.setenv("RADIANCE_DISABLED_KERNELS", "pq2.gluon")
+    assert kernel(4) == "planes" and kernel(1) == "dp4a"
+    monkeypatch.setenv("RADIANCE_DISABLED_KERNELS", "pq2.gluon, pq2.planes")
+    assert kernel(4) == "legacy"
+    monkeypatch.setenv("RADIANCE_DISABLED_KERNELS", "pq2.dp4a")
+    assert kernel(1) == "legacy"
+    monkeypatch.setenv("RADIANCE_DISABLED_KERNELS", "pq2.gluon_ring")
+    with pytest.raises(ValueError, match="RADIANCE_DISABLED_KERNELS names pq2.gluon_ring, which no registry has"):
+        kernel(1)
+    # every kernel of the row range gone: the load fails naming each and why
+    monkeypatch.setenv("RADIANCE_DISABLED_KERNELS", "pq2.dp4a")
+    with pytest.raises(NotImplementedError, match=r"no kernel for pq2 on sm_75 at M=1.*pq2.dp4a: disabled"):
+        kernel(1, (7, 5))
 
 
-def test_gluon_band_is_the_tuned_sets_only():
-    assert table.select_path("tuned", 2, {}, (8, 6))[0] == "gluon"  # mma.sync: Ampere and later
-    assert table.select_path("exact", 2, {}, (9, 0))[0] == "planes"  # another summation order
-    assert table.select_path("tuned", 2, {"RADIANCE_PQ2_SMALL": "planes"}, (9, 0))[0] == "planes"
-    assert table.select_path("tuned", 2, {"RADIANCE_PQ2_SMALL": "dp4a"}, (9, 0))[0] == "dp4a"
-    assert table.select_path("tuned", 2, {}, (7, 5))[0] == "dp4a"  # Turing: no int8 MMA in Triton
+def test_forcing_one_kernel_plans_only_its_rows():
+    assert kernel(300, only="pq2.legacy") == "legacy"
+    plan = registry.choose(table.KERNELS, registry.Target("pq2", "cuda", 5120, 5120, (9, 0)), "pq2.gluon")
+    assert plan.covers(2) and not plan.covers(1) and not plan.covers(9)
+    with pytest.raises(NotImplementedError, match="pq2.gluon cannot run .* sm_75"):
+        kernel(2, (7, 5), only="pq2.gluon")
+    with pytest.raises(ValueError, match="no kernel 'pq2.fast'"):
+        kernel(2, only="pq2.fast")
+
+
+def test_gluon_tiles():
     assert table.tile_for("dp4a", 5120, 17408, 2, 132, True, "sm_90").mr == 2
     # the H200 entries and the heuristic elsewhere: 8 tokens per MMA, split-K on narrow layers
     # gate_up on a stream-K grid, lm_head the same tile on tiles x splits
@@ -52,61 +64,44 @@ def test_gluon_band_is_the_tuned_sets_only():
 
 
 def test_wgmma_prefill_on_sm90_only():
-    assert table.select_path("tuned", 2048, {}, (9, 0)) == ("gluon_wgmma", True)
-    assert table.select_path("tuned", 2048, {}, (9, 0), n=34816) == ("gluon_wgmma", True)
-    assert table.select_path("tuned", 64, {}, (9, 0))[0] == "planes"
+    assert kernel(2048) == "gluon_wgmma" and kernel(2048, n=34816) == "gluon_wgmma"
+    assert kernel(64) == "planes"
     # the warp-specialized kernel: M = 17..64 of the wide layers, M = 65..512 of the narrow ones
-    assert table.select_path("tuned", 17, {}, (9, 0), n=34816)[0] == "gluon_ws"
-    assert table.select_path("exact", 64, {}, (9, 0), n=table.WGMMA_MIN_N) == ("gluon_ws", False)  # bit-identical
-    assert table.select_path("tuned", 65, {}, (9, 0), n=34816)[0] == "gluon_wgmma"
-    assert table.select_path("exact", 65, {}, (9, 0), n=5120) == ("gluon_ws", False)
-    assert table.select_path("tuned", table.WS_MAX_M, {}, (9, 0), n=5120)[0] == "gluon_ws"
-    assert table.select_path("tuned", table.WS_MAX_M + 1, {}, (9, 0), n=5120)[0] == "gluon_wgmma"
-    assert table.select_path("tuned", 64, {}, (9, 0), n=5120)[0] == "planes"
-    assert table.select_path("tuned", 16, {}, (9, 0), n=34816)[0] == "planes"  # the small band is another table
-    assert table.select_path("tuned", 17, {}, (8, 6), n=34816)[0] == "planes"
+    assert kernel(17, n=34816) == "gluon_ws"
+    assert kernel(64, n=table.WGMMA_MIN_N, exact=True) == "gluon_ws"  # bit-identical
+    assert kernel(65, n=34816) == "gluon_wgmma"
+    assert kernel(65, exact=True) == "gluon_ws"
+    assert kernel(table.WS_MAX_M) == "gluon_ws" and kernel(table.WS_MAX_M + 1) == "gluon_wgmma"
+    assert kernel(16, n=34816) == "planes"  # the small band is another kernel's
+    assert kernel(17, (8, 6), n=34816) == "planes" and kernel(2048, (8, 6)) == "planes"
+    assert kernel(2048, only="pq2.legacy") == "legacy"
+    with pytest.raises(NotImplementedError, match="pq2.gluon_wgmma: needs sm_90"):
+        kernel(2048, (8, 6), only="pq2.gluon_wgmma")
     assert table.tile_for("gluon_wgmma", 34816, 5120, 32, 132, True, "sm_90").bt == 32
     assert table.tile_for("gluon_wgmma", 34816, 5120, 33, 132, True, "sm_90").bt == 64
     assert table.tile_for("gluon_ws", 34816, 5120, 32, 132, True, "sm_90") == \
-        table.Tile(bn=64, bt=32, warps=4, stages=4, maxnreg=80, overlap=False)
+        table.Tile(bn=64, bt=32, warps=4, stages=4, maxnreg=80)
     assert table.tile_for("gluon_ws", 5120, 17408, 512, 132, True, "sm_90").bt == 64
     assert table.tile_for("gluon_ws", 5120, 6144, 512, 132, True, "sm_90").bn == 128  # out's own entry
     assert table.tile_for("gluon_ws", 5120, 6144, 512, 132, True, "sm_86").bn == 64  # the heuristic elsewhere
-    assert table.select_path("legacy", 2048, {}, (9, 0))[0] == "legacy"
-    assert table.select_path("tuned", 2048, {}, (8, 6))[0] == "planes"
-    assert table.select_path("tuned", 2048, {"RADIANCE_PQ2_PREFILL": "gluon_ring"}, (8, 6))[0] == "gluon_ring"
-    for path in table.WGMMA_PATHS:
-        with pytest.raises(table.Pq2ConfigError, match=f"RADIANCE_PQ2_PREFILL={path}: wgmma is sm_90 only"):
-            table.select_path("tuned", 2048, {"RADIANCE_PQ2_PREFILL": path}, (8, 6))
     assert table.tile_for("gluon_wgmma", 34816, 5120, 2048, 132, True, "sm_90") == \
-        table.Tile(bn=128, bt=64, warps=4, stages=4, overlap=False)
+        table.Tile(bn=128, bt=64, warps=4, stages=4)
 
 
 def test_turing_runs_dp4a_everywhere():
-    for kset in table.SETS:
-        for m in (1, 4, 300):
-            assert table.select_path(kset, m, {}, (7, 5))[0] == "dp4a"
-    with pytest.raises(table.Pq2ConfigError, match="sm_80"):
-        table.select_path("tuned", 4, {"RADIANCE_PQ2_SMALL": "gluon"}, (7, 5))
+    for m in (1, 4, 300):
+        assert kernel(m, (7, 5)) == "dp4a"
+    with pytest.raises(NotImplementedError, match="sm_80"):
+        kernel(4, (7, 5), only="pq2.gluon")
 
 
-def test_bad_values_name_the_knob():
-    with pytest.raises(table.Pq2ConfigError, match="RADIANCE_PQ2_KERNELS='fast'"):
-        table.select_path("fast", 1, {})
-    with pytest.raises(table.Pq2ConfigError, match="RADIANCE_PQ2_PREFILL='gluon'"):
-        table.select_path("tuned", 100, {"RADIANCE_PQ2_PREFILL": "gluon"})
-    with pytest.raises(table.Pq2ConfigError, match="RADIANCE_SKINNY_GEMM"):
-        table.skinny_enabled("tuned", {"RADIANCE_SKINNY_GEMM": "yes"})
-
-
-def test_skinny_switch():
-    assert table.skinny_enabled("tuned", {}) and not table.skinny_enabled("exact", {})
-    assert table.skinny_enabled("legacy", {"RADIANCE_SKINNY_GEMM": "1"})
+def test_skinny_plan():
+    def dense(m, n=96, cap=(8, 6)):
+        return registry.choose(table.DENSE_KERNELS, registry.Target("dense", "cuda", n, 5120, cap)).spec(m).kernel
+    assert dense(4) == "skinny" and dense(17) == "cublas" and dense(4, 4096) == "cublas"
+    # below sm_80 its dot has no tensor cores (the tile spills): cuBLAS
+    assert dense(4, cap=(7, 5)) == "cublas"
     assert table.skinny_applies(4, 96, 5120) and not table.skinny_applies(17, 96, 5120)
-    # below sm_80 its dot has no tensor cores (the tile spills): cuBLAS by default, the switch refused
-    assert not table.skinny_enabled("tuned", {}, (7, 5)) and table.skinny_enabled("tuned", {}, (8, 6))
-    with pytest.raises(table.Pq2ConfigError, match=r"RADIANCE_SKINNY_GEMM=1 needs .*sm_75"):
-        table.skinny_enabled("tuned", {"RADIANCE_SKINNY_GEMM": "1"}, (7, 5))
     assert not table.skinny_applies(4, 4096, 5120)
 
 
@@ -121,15 +116,25 @@ def test_split_k_fills_small_grids_only():
         table.tile_for("planes", 96, 100, 1, 132, True)
 
 
-def test_measured_table_wins():
+def test_measured_table_wins(tmp_path, monkeypatch):
     t = table.Tile(bn=32, bt=16, splits=8)
-    table.TUNED[("sm_test", "planes", 5120, 6144, "small")] = t
+    table.write_tiles(tmp_path / "sm_test.json", {("planes", 5120, 6144, "small"): t})
+    monkeypatch.setattr(table, "TILES", tmp_path)
+    table.tuned.cache_clear()
     try:
         assert table.tile_for("planes", 5120, 6144, 4, 132, True, "sm_test") == t
         assert table.tile_for("planes", 5120, 6144, 4, 132, False, "sm_test").splits == 1
         assert table.tile_for("planes", 5120, 6144, 17, 132, True, "sm_test") != t  # other tile class
+        (tmp_path / "sm_bad.json").write_text('{"pq2": [{"kernel": "planes", "n": 1, "k": 128, "rows": "m1", '
+                                               '"tile": {"bn": 8, "overlap": true}}]}')
+        with pytest.raises(ValueError, match=r"sm_bad.json.*unknown tile fields \['overlap'\]"):
+            table.tuned("sm_bad")
     finally:
-        del table.TUNED[("sm_test", "planes", 5120, 6144, "small")]
+        table.tuned.cache_clear()
+    # the committed sm_90 file reads back as the tuner writes it
+    monkeypatch.setattr(table, "TILES", table.Path(table.__file__).parent / "tiles")
+    table.write_tiles(tmp_path / "sm_90.json", table.tuned("sm_90"))
+    assert (tmp_path / "sm_90.json").read_text() == (table.TILES / "sm_90.json").read_text()
     # the H200 entries: one per measured shape and class, splits only in tuned
     assert table.tile_for("planes", 5120, 17408, 4, 132, True, "sm_90").splits == 8
     assert table.tile_for("dp4a", 34816, 5120, 1, 132, True, "sm_90") == table.Tile(bn=16, bc=8, rr=2)
@@ -181,11 +186,11 @@ INTERPRETED = textwrap.dedent("""
         assert torch.equal(q, want) and torch.equal(a, ra)
         assert torch.equal(t, rq.view(5, -1, 128).int().sum(-1))
     w = torch.randn(40, 512)
-    import os
-    os.environ["RADIANCE_SKINNY_GEMM"] = "1"
-    y2 = pq2_ops.dense_linear(x[:, :256].repeat(1, 2), w)
-    os.environ["RADIANCE_SKINNY_GEMM"] = "0"
-    assert torch.equal(pq2_ops.dense_linear(x[:, :256].repeat(1, 2), w), x[:, :256].repeat(1, 2) @ w.t())
+    from radiance.kernels import gpu
+    with gpu.virtual_gpu((8, 6), 82):  # plan as on an sm_86 card: the skinny GEMM for these rows
+        plan = pq2_ops.dense_plan(w)
+    assert plan.spec(5).kernel == "skinny"
+    y2 = pq2_ops.dense_linear(x[:, :256].repeat(1, 2), w, plan)
     y = pq2_ops.skinny_linear(x[:, :256].repeat(1, 2), w, force=True)
     assert torch.equal(y, y2)
     ref = x[:, :256].repeat(1, 2).double() @ w.double().t()

@@ -56,7 +56,7 @@ def test_warm_rows_leave_nothing_to_compile(arch, method, monkeypatch):
 
     from radiance.testing.offline_compile import compile_only
 
-    for k in ("RADIANCE_PQ_I8", "RADIANCE_PQ2_KERNELS", "RADIANCE_PQ_DECODE_MAX_M", "RADIANCE_PDL", "TRITON_INTERPRET"):
+    for k in ("RADIANCE_PQ_I8", "RADIANCE_DISABLED_KERNELS", "RADIANCE_PQ_DECODE_MAX_M", "RADIANCE_PDL", "TRITON_INTERPRET"):
         monkeypatch.delenv(k, raising=False)
     # what vLLM's JIT monitor does: any compile hook makes Triton serialize the kernel's constexprs
     monkeypatch.setattr(knobs.runtime, "jit_post_compile_hook", lambda **kw: None)

@@ -162,48 +162,31 @@ def _group_operands_t(W, a_base, g, N, offs_n, offs_t, mmask, nmask):
 
 
 @triton.jit
-def _side_by_side(lo, hi, BN: tl.constexpr):
-    # a group's low- and high-nibble halves [BN, 64] as one [BN, 128] operand in K order (t, then
-    # t + 64): join puts each pair in one thread, the permute and reshape only rename them
-    return tl.reshape(tl.permute(tl.join(lo, hi), (0, 2, 1)), (BN, 128))
-
-
-@triton.jit
 def _paro_fold_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
                       BM: tl.constexpr, BN: tl.constexpr, A_INT8: tl.constexpr, NS: tl.constexpr,
-                      HAS_BIAS: tl.constexpr, ASM: tl.constexpr, ONE_DOT: tl.constexpr):
+                      HAS_BIAS: tl.constexpr, ASM: tl.constexpr):
     # kind "fold": transposed dot (weights = the MMA's M side, x rows its N side) on (c - 8), the
-    # zero point folded once per group: acc += sc*S * dot - sc*d * RS. Kind "fold1" (ONE_DOT):
-    # the group as one K = 128 dot, one warpgroup wait per group instead of two (offline sm_90 SASS)
+    # zero point folded once per group: acc += sc*S * dot - sc*d * RS
     prt, offs_m, offs_n, mmask, nmask, g0, g1, tile = _program_tile(M, N, G, pb1, pb2, gps, BM, BN)
     offs_t = tl.arange(0, 64)
     a_base = A + prt * M * K + offs_m[None, :] * K + offs_t[:, None]  # [64, BM]
-    a_base128 = A + prt * M * K + offs_m[None, :] * K + tl.arange(0, 128)[:, None]  # [128, BM] (ONE_DOT)
     s_base = prt * M * G + offs_m * G
     acc = tl.zeros((BN, BM), dtype=tl.float32)
     for g in tl.range(g0, g1, num_stages=NS):
         w, a_lo, a_hi = _group_operands_t(W, a_base, g, N, offs_n, offs_t, mmask, nmask)
-        if ONE_DOT:
-            a128 = tl.load(a_base128 + g * 128, mask=mmask[None, :], other=0)
         if A_INT8:
             if BM >= 64:  # as in deq
                 zp = (tl.load(D + g * N + offs_n, mask=nmask, other=0) + 8).to(tl.int8)
                 lo, hi = _codes_minus_zero_i8(w, zp[:, None], ASM)
             else:
                 lo, hi = _nibbles_i8(w, ASM)
-            if ONE_DOT:
-                dg = small_int_f32(tl.dot(_side_by_side(lo, hi, BN), a128, out_dtype=tl.int32), 0)
-            else:
-                dg = tl.dot(lo, a_lo, out_dtype=tl.int32)
-                dg = small_int_f32(tl.dot(hi, a_hi, dg, out_dtype=tl.int32), 0)
+            dg = tl.dot(lo, a_lo, out_dtype=tl.int32)
+            dg = small_int_f32(tl.dot(hi, a_hi, dg, out_dtype=tl.int32), 0)
         else:
             lo = _nibble_f16(w & 15) - 1032.0  # c - 8, exact
             hi = _nibble_f16(w >> 4) - 1032.0
-            if ONE_DOT:
-                dg = tl.dot(_side_by_side(lo, hi, BN), a128)
-            else:
-                dg = tl.dot(lo, a_lo)
-                dg = tl.dot(hi, a_hi, dg)
+            dg = tl.dot(lo, a_lo)
+            dg = tl.dot(hi, a_hi, dg)
         sc = tl.load(SC + g * N + offs_n, mask=nmask, other=0.0).to(tl.float32)
         s = tl.load(S + s_base + g, mask=mmask, other=0.0)
         if A_INT8 and BM >= 64:
@@ -322,7 +305,7 @@ def _paro_gemv_kernel(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, p
     finish_tile(y[None, :], Y, BIAS, PART, CNT, offs_m, offs_n, mmask, nmask, M, N, SPLIT, tl.program_id(2), tile, HAS_BIAS)
 
 
-KERNELS = {"fold": _paro_fold_kernel, "fold1": _paro_fold_kernel, "deq": _paro_deq_kernel, "deqt": _paro_deqt_kernel,
+KERNELS = {"fold": _paro_fold_kernel, "deq": _paro_deq_kernel, "deqt": _paro_deqt_kernel,
            "gemv": _paro_gemv_kernel}
 
 
@@ -340,7 +323,7 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
         raise ValueError(f"paroquant {kind}: only mma_gl on a tiles x split grid launches dependent on its prologue")
     if programs and kind != "mma_gl":
         raise ValueError(f"paroquant {kind}: a stream-K grid (programs={programs}) is mma_gl's only")
-    gemv_gluon = kind in ("gemv_gl", "gemv_ca")  # paro_gemv_gluon's kinds (mma_gl: paro_mma_gluon)
+    gemv_gluon = kind == "gemv_gl"  # paro_gemv_gluon's kind (mma_gl: paro_mma_gluon)
     if g % gpi or (gpi > 1 and kind != "gemv" and not gemv_gluon):
         raise ValueError(f"paroquant {kind}: {gpi} groups per iteration must divide the {g} groups (gemv only)")
     gps = triton.cdiv(triton.cdiv(g, split), gpi) * gpi
@@ -385,8 +368,6 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
             raise ValueError(f"paroquant wgmma: no register cap (maxnreg={maxnreg}) and one group per step (gpi={gpi})")
         return launch(grid, args, bm=bm, bn=bn, num_warps=num_warps, num_stages=num_stages, has_bias=bias is not None)
     extra = {"GPI": gpi} if kind == "gemv" else {"ASM": not INTERPRET}  # every tensor-core kind unpacks in PTX
-    if kind.startswith("fold"):
-        extra["ONE_DOT"] = kind == "fold1"
     if maxnreg:
         extra["maxnreg"] = maxnreg
     KERNELS[kind][grid](*args, BM=bm, BN=bn, A_INT8=a.dtype == torch.int8, NS=num_stages, HAS_BIAS=bias is not None,

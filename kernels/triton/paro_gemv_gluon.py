@@ -2,7 +2,7 @@
 
 Why Gluon: plain Triton picks each load's layout from its pointer's contiguity, so the activation
 planes and the scales (broadcast over columns) came out in layouts other than the weight tile's
-slices and were converted through shared memory, 9 barriers per loop step (bench/sass_count.py);
+slices and were converted through shared memory, 9 barriers per loop step (bench/probes/sass_count.py);
 the loop waited on those round trips, not on the weight stream. Here one 3-D layout L3 over
 [GPI groups, BN columns, 16 words] (L4 minus its row axis) is the home of everything: the weights load in it, each
 activation plane loads in its column slice (each thread fetches the 4 words' planes it needs,
@@ -13,9 +13,8 @@ The layout trick: a thread holds R consecutive columns x 4 consecutive words (on
 column), so every activation it loads is reused R times from registers, and MR rows of x
 (M = 2..4 in one program) so every weight word it decodes is reused MR times. Weights of the next step
 are loaded before this step's arithmetic (PREFETCH=1; 2 also the activations and scales). Deeper
-weight pipelines -- WDEPTH steps ahead in registers, or a cp.async ring of RING shared-memory
-buffers (kind `gemv_ca`) -- were timed on the H200 and did not win: more bytes in
-flight is not what this loop lacks.
+weight pipelines -- WDEPTH steps ahead in registers, or a cp.async ring in shared memory -- were
+timed on the H200 and did not win: more bytes in flight is not what this loop lacks.
 Arithmetic as in paro_gemm: nibble -> 2^23 + c*16^s by OR-ing an exponent (exact), one subtract,
 one FMA with the plane-ordered, pre-scaled activation (prologue mode ROT32P); per group
 acc += sc * t and the zero point folds as sc * zp * RS / 16 per word (exact: a power of two) so
@@ -25,8 +24,6 @@ No tensor-core or sm_90-only instruction: plain loads, integer ops and FMAs.
 """
 from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from radiance.kernels.triton.gluon_compat import copy_to_shared
 from radiance.kernels.triton.gluon_schedule import finish, program_tile
 
 
@@ -70,10 +67,9 @@ def _group_loads(W, SC, D, a_ptr, rs_ptr, g, glast, N, w_off, gn, WHAT: gl.const
 @gluon.jit
 def paro_gemv_gl(A, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
                  MR: gl.constexpr, R: gl.constexpr, GPI: gl.constexpr, WARPS: gl.constexpr,
-                 PREFETCH: gl.constexpr, WDEPTH: gl.constexpr, RING: gl.constexpr, HAS_BIAS: gl.constexpr):
+                 PREFETCH: gl.constexpr, WDEPTH: gl.constexpr, HAS_BIAS: gl.constexpr):
     # PREFETCH: 0 loads at use, 1 the weights ahead, 2 also the activations and scales (one step);
-    # the weights run WDEPTH steps ahead in registers, or (RING > 0, sm_80+) through a cp.async
-    # ring of RING shared-memory buffers: more bytes in flight per program without registers.
+    # the weights run WDEPTH steps ahead in registers.
     # axes: rows of x, K groups, output columns, weight words of a group
     L4: gl.constexpr = gl.BlockedLayout(size_per_thread=[MR, 1, R, 4], threads_per_warp=[1, 1, 8, 4],
                                         warps_per_cta=[1, 1, WARPS, 1], order=[3, 2, 1, 0])
@@ -99,27 +95,14 @@ def paro_gemv_gl(A, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps,
     rs_ptr = RS + prt * M * G + rr[:, None] * G + gr[None, :]
 
     acc = gl.zeros([MR, GPI, BN, 16], gl.float32, layout=L4)
-    if RING > 0:  # each thread reads back only the words it copied: no barrier, only wait_group
-        ring = gl.allocate_shared_memory(gl.int32, [RING, GPI, BN, 16],
-                                         gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0]))
-        for i in gl.static_range(RING - 1):
-            copy_to_shared(ring.index(i), W + gl.minimum(g0 + i * GPI, glast) * N * 16 + w_off)
-            async_copy.commit_group()
-    elif PREFETCH > 0:
+    if PREFETCH > 0:
         ws = ()
         for i in gl.static_range(WDEPTH):
             ws = ws + _group_loads(W, SC, D, a_ptr, rs_ptr, g0 + i * GPI, glast, N, w_off, gn, 1)
     if PREFETCH == 2:
         nxt = _group_loads(W, SC, D, a_ptr, rs_ptr, g0, glast, N, w_off, gn, 3)
-    it = 0
     for g in range(g0, g1, GPI):  # the host keeps gps a multiple of GPI
-        if RING > 0:
-            async_copy.wait_group(RING - 2)
-            w = ring.index(it % RING).load(L3)
-            gw = gl.minimum(g + (RING - 1) * GPI, glast)  # into the buffer read one step ago
-            copy_to_shared(ring.index((it + RING - 1) % RING), W + gw * N * 16 + w_off)
-            async_copy.commit_group()
-        elif PREFETCH > 0:  # issue the weight loads WDEPTH steps ahead, before this step's arithmetic
+        if PREFETCH > 0:  # issue the weight loads WDEPTH steps ahead, before this step's arithmetic
             w = ws[0]
             gw = g + WDEPTH * GPI
             ws = ws[1:] + _group_loads(W, SC, D, a_ptr, rs_ptr, gw, glast, N, w_off, gn, 1)
@@ -130,7 +113,6 @@ def paro_gemv_gl(A, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps,
             nxt = _group_loads(W, SC, D, a_ptr, rs_ptr, g + GPI, glast, N, w_off, gn, 3)
         else:
             ops = _group_loads(W, SC, D, a_ptr, rs_ptr, g, glast, N, w_off, gn, 3)
-        it += 1
         sc, zp, rs = ops[1], ops[2], ops[3]
         wh = w >> 16
         t = gl.zeros([MR, GPI, BN, 16], gl.float32, layout=L4)
@@ -145,8 +127,6 @@ def paro_gemv_gl(A, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps,
         zs4 = gl.expand_dims(gl.expand_dims(sc * zp, 2), 0)
         rs4 = gl.expand_dims(gl.expand_dims(rs * 0.0625, 2), 3)  # a 16th per word: exact
         acc += t * sc4 - zs4 * rs4
-    if RING > 0:  # the masked copies past the range still write: done before the smem is reused
-        async_copy.wait_group(0)
     y = gl.sum(gl.sum(acc, axis=3), axis=1)  # [MR, BN] in LY
 
     rows = m0 + gl.arange(0, MR, layout=gl.SliceLayout(1, LY))
@@ -161,18 +141,15 @@ def paro_gemv_gl(A, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps,
 
 
 def launch(kind: str, grid, args, *, bm: int, bn: int, gpi: int, num_warps: int, num_stages: int, has_bias: bool):
-    """paro_gemm.gemm's launch of the kinds `gemv_gl` / `gemv_ca` (args: its common argument tuple).
-    stages: gemv_ca's ring buffers; gemv_gl 1 = nothing ahead, 2 = the weights one step ahead,
-    3 = everything one step ahead, 4+ = also the weights stages - 2 steps ahead."""
+    """paro_gemm.gemm's launch of the kind `gemv_gl` (args: its common argument tuple). stages:
+    1 = nothing ahead, 2 = the weights one step ahead, 3 = everything one step ahead, 4+ = also the
+    weights stages - 2 steps ahead."""
     if bm not in (1, 2, 4):
         raise ValueError(f"paroquant {kind} takes 1, 2 or 4 rows per program, not bm={bm}")
     if bn % (8 * num_warps):
         raise ValueError(f"paroquant {kind}: BN={bn} must be a multiple of 8 x {num_warps} warps")
-    if kind == "gemv_ca" and num_stages < 2:
-        raise ValueError(f"paroquant gemv_ca: a cp.async ring needs 2 or more buffers (stages={num_stages})")
     a, s, rs, *rest = args  # the GEMV reads the plane-ordered fp32 activations and their sums only
-    ring = num_stages if kind == "gemv_ca" else 0
     paro_gemv_gl[grid](a, rs, *rest, MR=bm, R=bn // (8 * num_warps), GPI=gpi, WARPS=num_warps,
-                       PREFETCH=2 if ring else min(2, num_stages - 1), WDEPTH=max(1, num_stages - 2), RING=ring,
+                       PREFETCH=min(2, num_stages - 1), WDEPTH=max(1, num_stages - 2),
                        HAS_BIAS=has_bias, num_warps=num_warps)
     return args[6]

@@ -205,7 +205,7 @@ _OUT_DTYPE = {ROT32: torch.float32, F16G: torch.float16, I8G: torch.int8, PLAIN:
 
 
 def prologue_tile(m: int) -> tuple[int, int]:
-    """(rows per program, warps). Measured on the H200 (bench/sweep_prologue.py): small programs
+    """(rows per program, warps). Measured on the H200 (bench/probes/sweep_prologue.py): small programs
     win -- a group's gathers stay within fewer warps and more programs are in flight (M = 2048: 8
     rows on one warp beat 16 rows on four by ~20 %; M = 16: 4 rows on four warps won)."""
     if m > 16:
@@ -216,7 +216,7 @@ def prologue_tile(m: int) -> tuple[int, int]:
 
 def dense_tile(mode: int, cap: tuple[int, int]) -> tuple[int, int]:
     """(rows per program, warps) of the tensor-core prologue. sm_90: the H200 sweep
-    (bench/sweep_prologue.py). Below, mma.sync keeps both operands in registers and
+    (bench/probes/sweep_prologue.py). Below, mma.sync keeps both operands in registers and
     those tiles spill 32-312 bytes per thread on sm_86 (kernels/tests/test_offline_compile.py); 64
     rows on 8 warps is the largest that does not, under Triton 3.6 and 3.9 (offline, unmeasured)."""
     if cap >= (9, 0):

@@ -1,19 +1,19 @@
 """The pq2 prefill kernel for sm_90 in Gluon (path `gluon_wgmma`, M > 16): asynchronous int8 wgmma
 with the weight codes unpacked straight into the A-operand registers, the activations through a
-cp.async ring in shared memory, and each group's float epilogue overlapped with the next group's MMA.
+cp.async ring in shared memory.
 
 Why: per 128-group every output needs an int32 -> fp32 fold (4 instructions) after its 128 int8 MACs;
 on the H200 the fold of a 64 x BT tile takes about as long as its MMA. Triton's `tl.dot` waits for
-each group's wgmma before the fold, and mma.sync (`gluon_ring`) issues the MMA from the same
-instruction stream; an asynchronous wgmma runs on the tensor cores while the warps fold the
-previous group's dot (two int32 dots in flight per warpgroup).
+each group's wgmma before the fold; here the asynchronous wgmma of one program runs on the tensor
+cores while the other programs on the SM fold (folding group g - 1 during group g's MMA inside one
+program, a second int32 dot in registers, lost on every shape on the H200).
 
 Layout: lane q of the A fragment holds logical k = 32j + 16h + 4q + b of row g (+8) -- here the
 bytes 4(q + 4h) + b of the row's 32-byte group record in plane j, i.e. logical k = physical position
 in the activations' plane order, so the B operand is the quantizer's plane-ordered bytes as they
 are (one 128-byte row per token and group, 128-byte swizzle). Groups in order through pq2_common's
 `group_acc`: bit-identical to the other group-ordered pq2 kernels. sm_90 only (wgmma); the
-portable prefill kernels are `planes` and `gluon_ring`.
+portable prefill kernel is `planes`.
 """
 
 from triton.experimental import gluon  # noqa: I001
@@ -24,8 +24,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from radiance.kernels.triton.gluon_compat import thread_barrier
 
 from radiance.kernels.triton.pq2_common import group_acc, group_off
-from radiance.kernels.triton.pq2_gluon_common import code_plane, four_copies
-from radiance.kernels.triton.pq2_gluon_ring import ring_fill, ring_offsets, store_tile
+from radiance.kernels.triton.pq2_gluon_common import code_plane, four_copies, ring_fill, ring_offsets, store_tile
 
 
 @gluon.constexpr_function  # built inside the kernel: a layout passed as an argument cannot be serialized
@@ -53,7 +52,7 @@ def a_group(w, BN: gl.constexpr, A_L: gl.constexpr):
 
 @gluon.jit(do_not_specialize=["M"])
 def pq2_wgmma(Q, S, T, W, WS, Y, M, N, K, G,
-              BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, RING: gl.constexpr, OVERLAP: gl.constexpr):
+              BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, RING: gl.constexpr):
     # Q: plane-ordered int8 activations [M, K]; S / T: their scales and group sums [M, G]; W: the
     # prepared weights as int32 words (block_row); WS: weight scales [N, G]. RING >= 3 stages: the
     # stage of group g - 2 is refilled at group g (its wgmma was waited for at group g - 1).
@@ -79,11 +78,6 @@ def pq2_wgmma(Q, S, T, W, WS, Y, M, N, K, G,
     zero = gl.zeros([BN, BT], gl.int32, layout=MMA)
     w = gl.load(W + w_off)
     sw = gl.load(WS + rn * G).to(gl.float32)
-    # sw_p must not start as `sw`: Triton 3.6's frontend finds loop-carried names by comparing values
-    # before and after one pass of the body, and `sw_p = sw` in the body then looks unchanged (the
-    # fold would use group 0's scales throughout)
-    sw_p = gl.zeros_like(sw)
-    prev = zero
     for g in range(0, G):
         w_n = gl.load(W + group_off(gl.minimum(g + 1, G - 1), 8) + w_off)
         sw_n = gl.load(WS + rn * G + gl.minimum(g + 1, G - 1)).to(gl.float32)
@@ -96,23 +90,11 @@ def pq2_wgmma(Q, S, T, W, WS, Y, M, N, K, G,
         ring_fill(ring.index(st), sring.index(st), tring.index(st), Q, S, T, q_off, s_tok, g + RING - 2, G, 1)
         cur = warpgroup_mma(a_group(w, BN, A_L), ring.index(g % RING).permute([1, 0]), zero, use_acc=False,
                             is_async=True)
-        if OVERLAP:  # the fold of group g - 1 while group g's MMA runs (a second int32 dot in registers)
-            # at g = 0 an exact no-op (a zero dot, t = sa = sw_p = 0: acc + 0)
-            p = (g + RING - 1) % RING
-            t = gl.where(g > 0, tring.index(p).load(LT), 0)
-            sa = gl.where(g > 0, sring.index(p).load(LT), 0.0)
-            acc = group_acc(acc, prev, t[None, :], sa[None, :], sw_p[:, None])
-            prev = warpgroup_mma_wait(0, deps=[cur])
-        else:  # fold at once: the overlap comes from the other programs on the SM
-            p = g % RING
-            acc = group_acc(acc, warpgroup_mma_wait(0, deps=[cur]), tring.index(p).load(LT)[None, :],
-                            sring.index(p).load(LT)[None, :], sw[:, None])
-        sw_p = sw
+        p = g % RING  # fold at once: the overlap comes from the other programs on the SM
+        acc = group_acc(acc, warpgroup_mma_wait(0, deps=[cur]), tring.index(p).load(LT)[None, :],
+                        sring.index(p).load(LT)[None, :], sw[:, None])
         w = w_n
         sw = sw_n
-    if OVERLAP:
-        p = (G - 1) % RING
-        acc = group_acc(acc, prev, tring.index(p).load(LT)[None, :], sring.index(p).load(LT)[None, :], sw_p[:, None])
     async_copy.wait_group(0)  # the clamped copies past the range still write: done before the smem is released
 
     store_tile(acc, Y, t0, n0, M, N, BN, BT, LN, LT)

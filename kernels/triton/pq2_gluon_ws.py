@@ -26,7 +26,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from radiance.kernels.triton.gluon_compat import copy_to_shared, thread_barrier, tma_load
 
 from radiance.kernels.triton.pq2_common import group_acc
-from radiance.kernels.triton.pq2_gluon_ring import store_tile
+from radiance.kernels.triton.pq2_gluon_common import store_tile
 from radiance.kernels.triton.pq2_gluon_wgmma import a_group, wgmma_layout
 
 

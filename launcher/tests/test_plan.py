@@ -75,12 +75,12 @@ def test_eval_and_prod(launch_home):
 
 def test_stack_mode_override_beats_default_and_env_beats_both(launch_home):
     _model(launch_home)
-    text = SMALL + "    prod:\n      enforce_eager: true\n      spec: 2\n      env: {RADIANCE_PQ2_KERNELS: exact}\n"
+    text = SMALL + "    prod:\n      enforce_eager: true\n      spec: 2\n      env: {RADIANCE_DISABLED_KERNELS: pq2.gluon}\n"
     p = _plan(launch_home, text, "prod")
-    assert p.enforce_eager and p.spec == 2 and p.env_map["RADIANCE_PQ2_KERNELS"] == "exact"
-    p = _plan(launch_home, text, "prod", {"RADIANCE_SPEC": "0", "RADIANCE_PQ2_KERNELS": "legacy"})
+    assert p.enforce_eager and p.spec == 2 and p.env_map["RADIANCE_DISABLED_KERNELS"] == "pq2.gluon"
+    p = _plan(launch_home, text, "prod", {"RADIANCE_SPEC": "0", "RADIANCE_DISABLED_KERNELS": "pq2.dp4a"})
     assert p.spec == 0 and "--speculative-config" not in vllm_argv(p)
-    assert p.env_map["RADIANCE_PQ2_KERNELS"] == "legacy"
+    assert p.env_map["RADIANCE_DISABLED_KERNELS"] == "pq2.dp4a"
     assert "RADIANCE_SPEC" not in vllm_env(p)  # launcher-only knobs are not handed to vLLM
 
 

@@ -2,10 +2,15 @@
 each step of `paro_scratch.forward` timed alone under CUDA graphs (weight copies > L2),
 beside the whole forward and cuBLAS bf16 on the same shape.
 
-    python3 bench/prefill_breakdown.py --ms 512,2048 --shapes gate_up,down
+    python3 bench/probes/prefill_breakdown.py --ms 512,2048 --shapes gate_up,down
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))  # bench/: the probes share its helpers
 
 import math
 

@@ -2,10 +2,15 @@
 prefill and small-batch M, P = 1 and 3, K = 5120 and 17408 -- CUDA-graph medians, random data.
 From M = 64 also the tensor-core path (`rotate(dense=True)`: bf16 group matrices, two dots per group).
 
-    python3 bench/sweep_prologue.py --out $OUT     # writes $OUT/sweep-prologue.jsonl
+    python3 bench/probes/sweep_prologue.py --out $OUT     # writes $OUT/sweep-prologue.jsonl
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))  # bench/: the probes share its helpers
 
 import argparse
 import itertools

@@ -7,14 +7,14 @@ those shapes instead, two launches each.
 
     ncu --clock-control none -k regex:"paro_(gemv|mma)_gl|stream_read" -c 10 --section SpeedOfLight \
         --section Occupancy --section WarpStateStats --section SchedulerStats \
-        --section MemoryWorkloadAnalysis --section LaunchStats python3 bench/profile_paro.py
+        --section MemoryWorkloadAnalysis --section LaunchStats python3 bench/probes/profile_paro.py
 """
 
 import sys
 
 import torch
 
-sys.path.insert(0, "bench")
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))  # bench/
 from floor import paro_bytes, read_target  # noqa: E402
 
 from radiance.kernels import paro_ops as ops  # noqa: E402

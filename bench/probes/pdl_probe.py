@@ -6,10 +6,15 @@ M = 9..16 with its split-K reduce dependent on it in turn, and paroquant's prolo
 each program's end instead of its start. Each pair's outputs, replayed in a CUDA graph, must be
 bit-identical.
 
-    python bench/pdl_probe.py --out DIR [--shapes out,qkv,down,gate_up] [--ms 1,2,4,8]
+    python bench/probes/pdl_probe.py --out DIR [--shapes out,qkv,down,gate_up] [--ms 1,2,4,8]
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))  # bench/: the probes share its helpers
 
 import argparse
 import json

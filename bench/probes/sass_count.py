@@ -3,15 +3,19 @@ TTGIR layout conversions inside the loop and the SASS instruction mix (loads by 
 shared-memory traffic). Pointer and N/K arguments are marked 16-divisible as Triton's launcher
 specializes them at run time (without that the weight loads come out as 32-bit, not 128-bit).
 
-    python3 bench/sass_count.py gemv BN=16 GPI=4 --warps 2 --stages 1
-    python3 bench/sass_count.py gemv_gl R=2 GPI=2 PREFETCH=1 --warps 2 --sm 86
-    python3 bench/sass_count.py gemv_gl PREFETCH=2 RING=4 --warps 4      # gemv_ca: a 4-buffer cp.async ring
+    python3 bench/probes/sass_count.py gemv BN=16 GPI=4 --warps 2 --stages 1
+    python3 bench/probes/sass_count.py gemv_gl R=2 GPI=2 PREFETCH=1 --warps 2 --sm 86
 
 Use the device's Triton (3.6.0: the wheel in the package mirror, unpacked on PYTHONPATH); another
 version compiles other code. Needs nvdisasm (Triton's bundled one is used).
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))  # bench/: the probes share its helpers
 
 import argparse
 import collections

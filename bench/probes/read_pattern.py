@@ -7,10 +7,15 @@ This times a plain read of the layer's bytes in exactly that pattern (same grid,
 cp.async pipeline of `stages`) against the same read with each program's bytes contiguous
 (block-major: [N / BN, G, BN, 64 B], as pq2 lays out its weights for its GEMV), and the streaming floor.
 
-    python bench/read_pattern.py --out DIR
+    python bench/probes/read_pattern.py --out DIR
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))  # bench/: the probes share its helpers
 
 import argparse
 import datetime

@@ -1,16 +1,16 @@
 """ncu target: the pq2 M = 1 DP4A GEMV (table tiles) on gate_up and out, and bench/floor.py's
 streaming read of gate_up's weight bytes, three launches each; with arguments
-`SHAPES M PATHS` (e.g. `gate_up 2048 gluon_ring,planes`) those paths' table tiles instead.
+`SHAPES M PATHS` (e.g. `gate_up 2048 gluon_wgmma,planes`) those paths' table tiles instead.
 
     ncu --clock-control none -k regex:"pq2_gemv|stream_read" -c 9 --section SpeedOfLight \
-        --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis python3 bench/profile_pq2.py
+        --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis python3 bench/probes/profile_pq2.py
 """
 
 import sys
 
 import torch
 
-sys.path.insert(0, "bench")
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))  # bench/
 from bench_pq2 import make_layers  # noqa: E402
 from floor import pq2_bytes, read_target  # noqa: E402
 
