@@ -29,7 +29,7 @@ import torch
 
 from radiance.kernels import ops
 from radiance.kernels.formats.paroquant import GROUP_SIZE
-from radiance.kernels.linear_spec import NO_GPU, LinearSpec  # noqa: F401  (the warm-up's interface)
+from radiance.kernels.linear_spec import NO_GPU, ROTATED_METHODS, LinearSpec  # noqa: F401  (the warm-up's interface)
 
 ALL_M = 1024  # every row count up to here is warmed; the tables choose the same kernels for any M above
 ABOVE_M = (ALL_M + 1, ALL_M + 16)  # Triton specializes integer arguments on divisibility by 16
@@ -40,7 +40,7 @@ def warm_rows() -> list[int]:
 
 
 def spec_of(prep: ops.PreparedLinear, bias: torch.Tensor | None, dtype: torch.dtype) -> LinearSpec:
-    sizes = tuple(r.n1 - r.n0 for r in prep.runs) if prep.method == "paroquant" else (prep.out_features,)
+    sizes = tuple(r.n1 - r.n0 for r in prep.runs) if prep.method in ROTATED_METHODS else (prep.out_features,)
     return LinearSpec(prep.method, sizes, prep.in_features, bias is not None, str(dtype).removeprefix("torch."))
 
 
@@ -60,13 +60,17 @@ def synthetic(spec: LinearSpec, device: torch.device, seed: int = 0, platform: s
     if spec.method == "dense":
         return ops.prepare_dense((torch.randn(n, k, generator=g) * 0.02).to(getattr(torch, spec.dtype)).to(device),
                                  platform)
-    if spec.method != "paroquant":
+    if spec.method not in ROTATED_METHODS:
         raise ValueError(f"warm-up: unknown method {spec.method!r}")
     rotations = []
     for _ in spec.sizes:
         pairs = torch.argsort(torch.rand(8 * groups, GROUP_SIZE, generator=g), dim=-1).view(8, k).to(torch.int16)
         theta = (torch.rand(8, k // 2, generator=g) * 6.28 - 3.14).half()
         rotations.append((pairs.to(device), theta.to(device), torch.ones(1, k, dtype=torch.float16, device=device)))
+    if spec.method == "paroquant_mxfp4":  # e2m1 codes; e8m0 scales near 2^-7 (a realistic weight range)
+        return ops.prepare_paroquant_mxfp4(ints(n, k // 2, hi=256).to(torch.uint8),
+                                           ints(n, k // 32, hi=4).to(torch.uint8) + 118, rotations,
+                                           list(spec.sizes), platform)
     word = ints(k, n // 8, hi=1 << 31).to(torch.int32)
     zeros = ints(groups, n // 8, hi=1 << 31).to(torch.int32)
     scales = (torch.rand(groups, n, generator=g) * 0.02 + 0.01).half().to(device)

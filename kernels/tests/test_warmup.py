@@ -47,6 +47,14 @@ def test_spec_of_a_prepared_layer():
     assert warmup.spec_of(prep, torch.zeros(512), torch.float16).bias
 
 
+def test_mxfp4_layers_are_warmed_like_paroquant():
+    # the launcher's build step makes MXFP4-PARO layers of the checkpoint's shapes and runs them at every row
+    spec = LinearSpec("paroquant_mxfp4", (256, 128), 256, True, "bfloat16")
+    prep = warmup.synthetic(spec, torch.device("cpu"))
+    assert prep.method == "paroquant_mxfp4" and warmup.spec_of(prep, torch.zeros(384), torch.bfloat16) == spec
+    warmup.warm(prep, spec, torch.device("cpu"), rows=[1, 3])
+
+
 @pytest.mark.integration  # ~1-2 minutes per card when Triton's cache is cold
 @pytest.mark.parametrize("arch", ["sm_90", "sm_86"])
 @pytest.mark.parametrize("method", ["paroquant", "pq2", "dense"])
