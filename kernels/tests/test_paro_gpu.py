@@ -179,17 +179,9 @@ def test_decode_under_cuda_graph(gen):
     x = torch.randn(1, 17408, device="cuda", dtype=torch.bfloat16)
     eager = ops.forward(layer, x)
     assert ops.tile_for(layer, 1).split > 1
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        ops.forward(layer, x)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        y = ops.forward(layer, x)
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(y, eager)  # fixed split order: replays are bit-identical
+    from radiance.testing.graphs import replayed
+
+    assert torch.equal(replayed(lambda: ops.forward(layer, x)), eager)  # fixed split order: replays are bit-identical
 
 
 def test_scratch_cublas_path(gen, monkeypatch):
@@ -243,17 +235,9 @@ def test_scratch_pieces_on_a_side_stream_and_in_a_cuda_graph(gen, monkeypatch):
     ref = rnd.reference_merged(x, parts, None) + bias.float()
     eager = ops.forward(layer, x, bias=bias)
     assert rnd.rel(eager, ref) <= 2e-3
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        ops.forward(layer, x, bias=bias)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        y = ops.forward(layer, x, bias=bias)
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(y, eager)
+    from radiance.testing.graphs import replayed
+
+    assert torch.equal(replayed(lambda: ops.forward(layer, x, bias=bias)), eager)
 
 
 def test_cast_rounds_like_torch():

@@ -1,4 +1,4 @@
-"""A CUDA-graph check the GPU tests share (imported only where a GPU runs them)."""
+"""CUDA-graph checks the GPU tests share (imported only where a GPU runs them)."""
 
 from __future__ import annotations
 
@@ -20,3 +20,21 @@ def assert_back_to_back(calls, want, what: str, replays: int = 3) -> None:
         g.replay()
         torch.cuda.synchronize()
         assert all(torch.equal(y, w) for y, w in zip(ys, want, strict=True)), what
+
+
+def replayed(call, replays: int = 3):
+    """`call`'s output after capturing it in a CUDA graph (warmed on a side stream first, as vLLM
+    captures) and replaying the graph `replays` times."""
+    import torch
+
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        call()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = call()
+    for _ in range(replays):
+        g.replay()
+    torch.cuda.synchronize()
+    return y
