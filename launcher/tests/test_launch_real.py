@@ -124,14 +124,15 @@ def test_chat_completion(demo_server):
 def test_learned_checkpoint_matches_its_reference(demo_server, qwen_paro_learned_dir):
     """The learned checkpoint served through `radiance-launch` gives the logprobs of radiance's
     reference of the same checkpoint: top-1 identical except near-ties, every prompt and generated
-    logprob within LOGPROB_TOL (0.05, the random checkpoint's tolerance in test_serve.py)."""
+    logprob within 1e-3. Both sides run float32 (they agree to ~1e-5); the random checkpoint's 0.05
+    (test_serve.py) would pass a server with one linear's learned angles dropped (0.048)."""
     record = json.loads((qwen_paro_learned_dir / "radiance-quantize.json").read_text())
     assert record["options"]["rotation"] == "learned" and record["learned_layers"]
     t0 = time.monotonic()
     served = query("learned-launch", demo_server.base, "demo", demo_server.log_text)
     assert "--dtype float32" in served.log
     t1 = time.monotonic()
-    worst = assert_matches_reference(served, Reference(qwen_paro_learned_dir))
+    worst = assert_matches_reference(served, Reference(qwen_paro_learned_dir), tol=1e-3)
     print(f"learned paroquant through radiance-launch: max |Δlogprob| vs the reference {worst:.2e} "
           f"(served in {t1 - t0:.1f} s, reference {time.monotonic() - t1:.1f} s)")
 
