@@ -43,7 +43,10 @@ from radiance.progress import bar as progress_bar
 from radiance.quantize import rtn
 from radiance.quantize.learned_options import LearnedOptions, LearnedOptionsError
 
-DEFAULT_SKIP = (r"(^|\.)embed_tokens$", r"(^|\.)lm_head$", r"norm", r"(^|\.)visual\.")
+# left in 16 bit: embeddings, lm_head, norms, a vision tower, and the gated-delta-net gate projections
+# of Qwen3.5 / Qwen3-Next (in_proj_b / in_proj_a, fused on disk as in_proj_ba; a few rows each), which
+# the plugin keeps in 16 bit too (plugin/skip.py)
+DEFAULT_SKIP = (r"(^|\.)embed_tokens$", r"(^|\.)lm_head$", r"norm", r"(^|\.)visual\.", r"(^|\.)in_proj_(a|b|ba)$")
 FORMATS = ("paroquant", "pq2", "paroquant_mxfp4")
 ROTATIONS = ("identity", "random", "learned")
 MAX_KROT = paro_fmt.MAX_KROT

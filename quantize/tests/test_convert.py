@@ -225,3 +225,15 @@ def test_device_cuda_matches_cpu(tiny_src, tmp_path, fmt):
             assert (t != gpu[name]).float().mean() < 1e-3, name
         else:
             torch.testing.assert_close(t.float(), gpu[name].float(), rtol=1e-3, atol=1e-4)
+
+
+def test_default_skip_keeps_the_hybrid_gates_and_quantizes_its_projections():
+    from radiance.quantize.convert import DEFAULT_SKIP, is_quantized_linear
+
+    skip = [re.compile(rx) for rx in DEFAULT_SKIP]
+    layer = "model.layers.0.linear_attn."
+    for gate in ("in_proj_a", "in_proj_b", "in_proj_ba"):  # Qwen3.5 / Qwen3-Next gated-delta-net gates
+        assert not is_quantized_linear(layer + gate + ".weight", [32, 1024], skip)
+    for proj in ("in_proj_qkvz", "in_proj_qkv", "in_proj_z", "out_proj"):
+        assert is_quantized_linear(layer + proj + ".weight", [2048, 1024], skip)
+    assert is_quantized_linear("model.layers.0.self_attn.q_proj.weight", [1024, 1024], skip)
