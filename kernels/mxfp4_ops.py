@@ -209,11 +209,11 @@ def prepare(weight: torch.Tensor, weight_scale: torch.Tensor,
     if bounds != sorted(set(bounds)):
         raise ValueError(f"mxfp4: partition boundaries {bounds} must increase")
     wb, ex, rsc, pb = mxfp4_gemm.repack(weight, weight_scale, fp8, per_block)
+    target = Target("paroquant_mxfp4", "cuda", n, k, cap, interpret=interpreting(),
+                    decode_max_m=knob_int("RADIANCE_PQ_DECODE_MAX_M"))
     layer = Mxfp4Layer(wb.to(device), ex.to(device), rsc.to(device), paro_rotate.build_tables(rotations, device),
-                       tuple((bounds + [1 << 30, 1 << 30])[:2]), n, k, cap, sms,
-                       knob_int("RADIANCE_PQ_DECODE_MAX_M"), None, pb, fp8, bias)  # type: ignore[arg-type]
-    layer.kernels = registry.choose(KERNELS, Target("paroquant_mxfp4", "cuda", n, k, cap, interpret=interpreting(),
-                                                    decode_max_m=layer.decode_max_m))
+                       tuple((bounds + [1 << 30, 1 << 30])[:2]), n, k, cap, sms, target.decode_max_m,
+                       registry.choose(KERNELS, target), pb, fp8, bias)
     # tickets: one per output tile of a split-K launch (decode: <= 4 row blocks of BN >= 32; prefill
     # splits only when its tiles number <= 2 * sms)
     reserve_scratch(device, _split_partials(layer), max(1 << 16, 4 * triton.cdiv(n, 32), 2 * sms))

@@ -192,10 +192,11 @@ def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
     m = x.shape[0]
     if m == 0:  # an empty batch launches nothing (a zero-sized grid is an error for Triton)
         return x.new_empty(0, layer.n)
-    if tile is None and kind_for(layer, m) == "scratch":
+    kind = None if tile else kind_for(layer, m)  # `tile` overrides the plan (benchmark sweeps, tests)
+    if kind == "scratch":
         y = paro_scratch.forward(layer, x, bias, _SCRATCH[x.device].deq)
     else:
-        t = tile or tile_for(layer, m)  # `tile` overrides the plan (benchmark sweeps, tests)
+        t = tile or tile_for(layer, m, kind)
         if layer.i8 and t.kind in W4A16_ONLY:
             raise ValueError(f"paroquant: the {t.kind} kind is W4A16 only (RADIANCE_PQ_I8=1 asks for W4A8)")
         dep = layer.pdl and launches_dependent(t)
