@@ -1,8 +1,8 @@
 """ctypes binding of the kernels' C ABI (device pointers + a stream; no torch C++ headers, so the
 start-time build is fast and independent of the torch version) and the torch-level calls.
 
-Imports torch only (never vLLM). `load(path)` once per process; `rotate_quant` / `gemm` / `linear`
-take torch tensors on the GPU and launch on torch's current stream.
+Imports torch only (never vLLM). `load(path)` once per process; `rotate_quant` / `gemm` (int4) /
+`mxfp4_gemm` / `linear` (either) take torch tensors on the GPU and launch on torch's current stream.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from radiance.kernels.hip.layout import PreparedParo
+from radiance.kernels.hip.mxfp4_layout import PreparedMxfp4
 from radiance.knobs import knob_int
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
@@ -25,9 +26,14 @@ _SIGNATURES = {
     "pq_int4_fp8_gemm_decode": [_P, _P, _P, _P, _P, _I, _P, _I, _I, _I, _I, _I, _I, _P],
     # a, asr, wq, sz, out, out_is_bf16, M, N, K, pb1, pb2, stream
     "pq_int4_fp8_gemm_prefill": [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _P],
+    # a, asr, wq, ex, rsc, out, out_is_bf16, partial, M, N, K, pb1, pb2, nsplit, per_block, stream
+    "pq_mxfp4_fp8_gemm_decode": [_P, _P, _P, _P, _P, _P, _I, _P, _I, _I, _I, _I, _I, _I, _I, _P],
+    # a, asr, wq, ex, rsc, out, out_is_bf16, M, N, K, pb1, pb2, per_block, per_token, stream
+    "pq_mxfp4_fp8_gemm_prefill": [_P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _P],
     "pq_wperm": [],
 }
 MAX_SPLIT = 16
+DECODE_MAX_ROWS = 64  # the decode kernels' largest M (pq_gemm.hip, pq_mxfp4_gemm.hip)
 
 
 class KernelError(RuntimeError):
@@ -67,13 +73,14 @@ def _stream(t: torch.Tensor) -> int:
     return torch.cuda.current_stream(t.device).cuda_stream
 
 
-def _check_layout(lib: PqLib, prep: PreparedParo) -> None:
+def _check_layout(lib: PqLib, prep: PreparedParo | PreparedMxfp4) -> None:
     if lib.wperm != prep.wperm:
         raise KernelError(f"{lib.path} was built with PQ_WPERM={int(lib.wperm)} but the weights were prepared "
                           f"with wperm={int(prep.wperm)}; set RADIANCE_PQ_WPERM the same for both")
 
 
-def rotate_quant(lib: PqLib, x: torch.Tensor, prep: PreparedParo, per_token: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def rotate_quant(lib: PqLib, x: torch.Tensor, prep: PreparedParo | PreparedMxfp4,
+                 per_token: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] f16/bf16 -> (a [R, M, K] uint8 e4m3 codes, asr [R, M, K/128, 2] f32 {scale, rowsum})."""
     if x.dtype not in (torch.float16, torch.bfloat16) or x.dim() != 2 or x.stride(1) != 1:
         raise ValueError(f"rotate_quant: x must be a 2-D f16/bf16 tensor with unit inner stride, got "
@@ -119,16 +126,52 @@ def gemm(lib: PqLib, a: torch.Tensor, asr: torch.Tensor, prep: PreparedParo, out
     return out
 
 
-def linear(lib: PqLib, x: torch.Tensor, prep: PreparedParo, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """y = x W^T (+ bias) for x [..., K]: per-group activation scales in the decode band
-    (M <= RADIANCE_PQ_DECODE_MAX_M, split-K GEMM), per-token above it (prefill GEMM)."""
+def mxfp4_gemm(lib: PqLib, a: torch.Tensor, asr: torch.Tensor, prep: PreparedMxfp4, out_dtype: torch.dtype,
+               decode: bool | None = None, nsplit: int | None = None, per_token: bool = False) -> torch.Tensor:
+    """(a, asr) from rotate_quant x the prepared MXFP4 weights -> [M, N] in out_dtype (f16/bf16).
+    per_token: asr came from rotate_quant(per_token=True); the prefill band then scales once per row."""
+    _check_layout(lib, prep)
+    if out_dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"mxfp4_gemm: out_dtype must be float16 or bfloat16, got {out_dtype}")
+    r, m, k = a.shape
+    if (r, k) != (prep.rotations, prep.in_features) or tuple(asr.shape) != (r, m, k // 128, 2):
+        raise ValueError(f"mxfp4_gemm: activations {list(a.shape)} / scales {list(asr.shape)} do not match the "
+                         f"layer's [{prep.rotations}, M, {prep.in_features}] (rotations, rows, K)")
+    n = prep.out_features
+    out = torch.empty(m, n, dtype=out_dtype, device=a.device)
+    if decode is None:
+        decode = m <= knob_int("RADIANCE_PQ_DECODE_MAX_M")
+    common = (a.data_ptr(), asr.data_ptr(), prep.wq.data_ptr(), prep.ex.data_ptr(), prep.rsc.data_ptr(),
+              out.data_ptr(), int(out_dtype == torch.bfloat16))
+    if decode:
+        if m > DECODE_MAX_ROWS:
+            raise ValueError(f"mxfp4_gemm: the decode kernel takes M <= {DECODE_MAX_ROWS}, got M={m}; "
+                             f"keep RADIANCE_PQ_DECODE_MAX_M <= {DECODE_MAX_ROWS}")
+        nsplit = split_k(m, n, k) if nsplit is None else nsplit
+        # torch's allocator, not one inside the launch: safe under graph capture
+        partial = torch.empty(nsplit, m, n, dtype=torch.float32, device=a.device) if nsplit > 1 else None
+        lib.call("pq_mxfp4_fp8_gemm_decode", *common, partial.data_ptr() if partial is not None else None,
+                 m, n, k, prep.pb1, prep.pb2, nsplit, int(prep.per_block), _stream(a))
+    else:
+        lib.call("pq_mxfp4_fp8_gemm_prefill", *common, m, n, k, prep.pb1, prep.pb2, int(prep.per_block),
+                 int(per_token), _stream(a))
+    return out
+
+
+def linear(lib: PqLib, x: torch.Tensor, prep: PreparedParo | PreparedMxfp4,
+           bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x W^T (+ bias) for x [..., K], int4 or MXFP4 weights: per-group activation scales in the
+    decode band (M <= RADIANCE_PQ_DECODE_MAX_M, split-K GEMM), per-token above it (prefill GEMM)."""
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
     decode = x2.shape[0] <= knob_int("RADIANCE_PQ_DECODE_MAX_M")
     a, asr = rotate_quant(lib, x2, prep, per_token=not decode)
-    y = gemm(lib, a, asr, prep, x.dtype, decode=decode)
+    if isinstance(prep, PreparedMxfp4):
+        y = mxfp4_gemm(lib, a, asr, prep, x.dtype, decode=decode, per_token=not decode)
+    else:
+        y = gemm(lib, a, asr, prep, x.dtype, decode=decode)
     if bias is not None:
         y = y + bias
     return y.reshape(*lead, prep.out_features)

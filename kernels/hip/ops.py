@@ -1,8 +1,9 @@
 """The HIP kernels as torch custom ops (`torch.ops.radiance_hip.*`), for the vLLM plugin to call.
 
-Ops take plain tensors and ints (the `PreparedParo` fields) so dynamo and CUDA graphs see one opaque
-call each; the library is loaded once per process with `set_library` (the plugin passes the file
-the launcher built, `$RADIANCE_KERNEL_DIR/radiance_hip.so`). Imports torch only, never vLLM.
+Ops take plain tensors and ints (the `PreparedParo` / `PreparedMxfp4` fields) so dynamo and CUDA
+graphs see one opaque call each; the library is loaded once per process with `set_library` (the
+plugin passes the file the launcher built, `$RADIANCE_KERNEL_DIR/radiance_hip.so`). Imports torch
+only, never vLLM.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 from radiance.kernels.build import HIP_LIBRARY
 from radiance.kernels.hip import lib as pqlib
 from radiance.kernels.hip.layout import PreparedParo
+from radiance.kernels.hip.mxfp4_layout import PreparedMxfp4
 from radiance.knobs import knob
 
 _LIB: pqlib.PqLib | None = None
@@ -83,4 +85,44 @@ def pq_int4_fp8_gemm(a: torch.Tensor, asr: torch.Tensor, wq: torch.Tensor, sz: t
 
 @pq_int4_fp8_gemm.register_fake
 def _(a, asr, wq, sz, n, pb1, pb2, wperm, out_dtype, decode):
+    return a.new_empty(a.shape[1], n, dtype=out_dtype)
+
+
+# ----------------------------------------------------------------------------- paroquant_mxfp4
+def _mxfp4_prep(wq, ex, rsc, cs, rec, krot: int, k: int, n: int, pb1: int, pb2: int, wperm: bool,
+                per_block: bool) -> PreparedMxfp4:
+    return PreparedMxfp4(wq=wq, ex=ex, rsc=rsc, cs=cs, rec=rec, krot=krot, in_features=k, out_features=n,
+                         pb1=pb1, pb2=pb2, wperm=wperm, per_block=per_block)
+
+
+def mxfp4_op_args(prep: PreparedMxfp4) -> tuple:
+    """The positional arguments after the activation for paroquant_mxfp4_linear."""
+    return (prep.wq, prep.ex, prep.rsc, prep.cs, prep.rec, prep.krot, prep.out_features, prep.pb1, prep.pb2,
+            prep.wperm, prep.per_block)
+
+
+@torch.library.custom_op("radiance_hip::paroquant_mxfp4_linear", mutates_args=())
+def paroquant_mxfp4_linear(x: torch.Tensor, wq: torch.Tensor, ex: torch.Tensor, rsc: torch.Tensor, cs: torch.Tensor,
+                           rec: torch.Tensor, krot: int, n: int, pb1: int, pb2: int, wperm: bool,
+                           per_block: bool) -> torch.Tensor:
+    prep = _mxfp4_prep(wq, ex, rsc, cs, rec, krot, x.shape[-1], n, pb1, pb2, wperm, per_block)
+    return pqlib.linear(library(), x, prep)
+
+
+@paroquant_mxfp4_linear.register_fake
+def _(x, wq, ex, rsc, cs, rec, krot, n, pb1, pb2, wperm, per_block):
+    return x.new_empty(*x.shape[:-1], n)
+
+
+@torch.library.custom_op("radiance_hip::pq_mxfp4_fp8_gemm", mutates_args=())
+def pq_mxfp4_fp8_gemm(a: torch.Tensor, asr: torch.Tensor, wq: torch.Tensor, ex: torch.Tensor, rsc: torch.Tensor,
+                      n: int, pb1: int, pb2: int, wperm: bool, per_block: bool, out_dtype: torch.dtype, decode: bool,
+                      per_token: bool) -> torch.Tensor:
+    # the rotation tensors are not read by the GEMM: asr stands in for them
+    prep = _mxfp4_prep(wq, ex, rsc, asr.new_empty(a.shape[0], 0), asr, 0, a.shape[-1], n, pb1, pb2, wperm, per_block)
+    return pqlib.mxfp4_gemm(library(), a, asr, prep, out_dtype, decode=decode, per_token=per_token)
+
+
+@pq_mxfp4_fp8_gemm.register_fake
+def _(a, asr, wq, ex, rsc, n, pb1, pb2, wperm, per_block, out_dtype, decode, per_token):
     return a.new_empty(a.shape[1], n, dtype=out_dtype)

@@ -19,25 +19,7 @@
 // Merged linears: columns [0, pb1) use rotation 0 of A/asr, [pb1, pb2) rotation 1, the rest
 // rotation 2; each wave picks its rotation from its first column (boundaries are multiples of the
 // wave tile, checked by the caller).
-#include "pq_compat.h"
-
-enum { PQ_OUT_F16 = 0, PQ_OUT_BF16 = 1, PQ_OUT_F32 = 2 };
-
-template <int OUT>
-PQ_DEV void pq_store(void* out, size_t idx, float v) {
-  if (OUT == PQ_OUT_F32) static_cast<float*>(out)[idx] = v;
-  else if (OUT == PQ_OUT_BF16) static_cast<uint16_t*>(out)[idx] = pq_f2bf(v);
-  else static_cast<uint16_t*>(out)[idx] = pq_f2h(v);
-}
-
-PQ_DEV uint32_t pq_wword(const uint32_t* __restrict__ wq, int n_tile, int lane, int K, int g, int ks) {
-#if PQ_WPERM
-  return wq[((size_t)n_tile * (K / 16) + g * 8 + ks) * 32 + lane];
-#else
-  const int n = n_tile * 16 + (lane & 15);
-  return wq[(size_t)n * (K / 8) + g * 16 + ks * 2 + (lane >> 4)];
-#endif
-}
+#include "pq_gemm_common.h"
 
 // One wave computes a (16*MT) x (16*NT) tile over groups [g0, g1); WM x WN waves per workgroup.
 template <int MT, int NT, int WM, int WN, int OUT>
@@ -134,16 +116,6 @@ PQ_DEV void pq_gemm_body(const uint8_t* __restrict__ A, const float2* __restrict
   }
 }
 
-// Split-K partials [nsplit, M, N] f32 -> out [M, N] in the output dtype (fixed order: deterministic).
-template <int OUT>
-PQ_DEV void pq_splitk_reduce_body(const float* __restrict__ part, void* __restrict__ out, int MN, int nsplit) {
-  const int i = pq_bid_x() * pq_ntid() + pq_tid();
-  if (i >= MN) return;
-  float s = 0.f;
-  for (int z = 0; z < nsplit; ++z) s += part[(size_t)z * MN + i];
-  pq_store<OUT>(out, (size_t)i, s);
-}
-
 #define PQ_GEMM_ARGS                                                                              \
   const uint8_t *A, const float2 *asr, const uint32_t *wq, const uint32_t *sz, void *out, int M, \
       int N, int K, int pb1, int pb2, int nsplit
@@ -165,23 +137,8 @@ PQ_GEMM_KERNEL(pq_int4_fp8_gemm_decode_m4_f32, 4, 1, 1, 4, PQ_OUT_F32)
 PQ_GEMM_KERNEL(pq_int4_fp8_gemm_prefill_f16, 2, 2, 2, 2, PQ_OUT_F16)
 PQ_GEMM_KERNEL(pq_int4_fp8_gemm_prefill_bf16, 2, 2, 2, 2, PQ_OUT_BF16)
 
-extern "C" __global__ void __launch_bounds__(256) pq_splitk_reduce_f16(const float* p, void* o, int MN, int s) {
-  pq_splitk_reduce_body<PQ_OUT_F16>(p, o, MN, s);
-}
-extern "C" __global__ void __launch_bounds__(256) pq_splitk_reduce_bf16(const float* p, void* o, int MN, int s) {
-  pq_splitk_reduce_body<PQ_OUT_BF16>(p, o, MN, s);
-}
-
 #if !defined(PQ_NO_GPU_INCLUDES)
-#include "pq_launch.h"
-
 extern "C" int pq_wperm() { return PQ_WPERM; }
-
-static int pq_gemm_check(int M, int N, int K, int pb1, int pb2, int wave_cols) {
-  if (K % 128 || N % 16 || M < 0) return PQ_EINVAL;
-  if (pb1 < 0 || pb2 < pb1 || (pb1 < N && pb1 % wave_cols) || (pb2 < N && pb2 % wave_cols)) return PQ_EINVAL;
-  return 0;
-}
 
 // Decode band (M <= 64): split-K over `nsplit` group slices; nsplit > 1 needs `partial`, an f32
 // scratch of nsplit * M * N allocated by the caller (never inside a launch: graph capture).
@@ -199,9 +156,7 @@ extern "C" int pq_int4_fp8_gemm_decode(const uint8_t* a, const float* asr, const
 #define PQ_DEC(MT, SUF) pq_int4_fp8_gemm_decode_m##MT##_##SUF<<<grid, block, 0, st>>>(a, ap, wq, sz, dst, M, N, K, pb1, pb2, nsplit)
   if (nsplit > 1) {
     if (mt == 1) PQ_DEC(1, f32); else if (mt == 2) PQ_DEC(2, f32); else PQ_DEC(4, f32);
-    const int MN = M * N;
-    if (out_is_bf16) pq_splitk_reduce_bf16<<<(MN + 255) / 256, 256, 0, st>>>(partial, out, MN, nsplit);
-    else pq_splitk_reduce_f16<<<(MN + 255) / 256, 256, 0, st>>>(partial, out, MN, nsplit);
+    pq_splitk_reduce(partial, out, M * N, nsplit, out_is_bf16, st);
   } else if (out_is_bf16) {
     if (mt == 1) PQ_DEC(1, bf16); else if (mt == 2) PQ_DEC(2, bf16); else PQ_DEC(4, bf16);
   } else {

@@ -1,5 +1,6 @@
-"""The HIP sources compile for gfx1201 with Debian's clang-19 (device only): the GEMM kernels hold
-the fp8 WMMA, no kernel spills to scratch, and a failing build reports the compiler's message."""
+"""The HIP sources compile for gfx1201 with Debian's clang-19 (device only): the GEMM kernels (int4
+and MXFP4) hold the fp8 WMMA, no kernel spills to scratch, and a failing build reports the compiler's
+message."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ ROTATE = [f"pq_rotate_quant_{t}_{m}" for t in ("f16", "bf16") for m in ("group",
 GEMM = [f"pq_int4_fp8_gemm_decode_m{mt}_{o}" for mt in (1, 2, 4) for o in ("f16", "bf16", "f32")] + [
     f"pq_int4_fp8_gemm_prefill_{o}" for o in ("f16", "bf16")
 ]
+# MXFP4 (pq_mxfp4_gemm.hip): the fold (default), the per-block fallback, the per-token prefill
+GEMM += [f"pq_mxfp4_fp8_gemm_decode_{v}_m{mt}" for v in ("fold", "blk") for mt in (1, 2, 4)]
+GEMM += [f"pq_mxfp4_fp8_gemm_prefill_{v}" for v in ("fold", "fold_tok", "blk")]
 
 
 def _resources(remarks: str) -> dict[str, dict[str, int]]:
