@@ -41,7 +41,7 @@ from radiance.kernels.paro_table import SMEM_LIMIT, smem_limit  # noqa: F401 -- 
 from radiance.kernels.paro_table import fit_tile as paro_fit_tile
 from radiance.kernels.registry import ROWS_MAX, KernelSpec, Target
 from radiance.kernels.triton import interpreting, mxfp4_gemm, paro_rotate
-from radiance.knobs import knob_int
+from radiance.knobs import knob, knob_int
 
 MAX_PARTS = MAX_ROTATIONS  # plugin.params reads it: the rotations one GEMM takes
 BOUND_ALIGN = 128  # partition boundaries: multiples of this (an n-block must not straddle two rotations)
@@ -180,18 +180,30 @@ def _split_partials(layer: "Mxfp4Layer") -> int:
         m = m + 1 if m <= layer.decode_max_m else triton.cdiv(m + 1, t.bm) * t.bm  # each row-block count's largest M
 
 
+def use_fp8(cap: tuple[int, int]) -> bool:
+    """RADIANCE_MXFP4_FP8: W4A8 (fp8 activations) instead of W4A16, on cards with fp8 tensor-core dots."""
+    raw = knob("RADIANCE_MXFP4_FP8") or "0"
+    if raw not in ("0", "1"):
+        raise ValueError(f"RADIANCE_MXFP4_FP8={raw!r}: use 0 or 1")
+    if raw == "1" and cap < (8, 9):
+        raise ValueError(f"RADIANCE_MXFP4_FP8=1 needs fp8 tensor-core dots (sm_89+); this GPU is sm_{cap[0]}{cap[1]}. "
+                         "Unset RADIANCE_MXFP4_FP8 to serve W4A16")
+    return raw == "1"
+
+
 def prepare(weight: torch.Tensor, weight_scale: torch.Tensor, rotations: list[Rotation], runs: list[Run] | None = None,
-            bias: torch.Tensor | None = None, cap: tuple[int, int] | None = None, fp8: bool = False,
+            bias: torch.Tensor | None = None, cap: tuple[int, int] | None = None, fp8: bool | None = None,
             per_block: bool | None = None) -> Mxfp4Layer:
     """Checkpoint tensors of one linear: weight [N, K/2] u8 / weight_scale [N, K/32] u8 (the
     partitions concatenated along N), its distinct rotations and their runs of output columns
     (kernels/linear.py; default: one rotation over every column; boundaries multiples of
     BOUND_ALIGN). cap: the GPU capability the tiles are chosen for (default: the device's). fp8:
-    W4A8 (sm_89+). per_block: force (True) or refuse (False) the per-block e8m0 scaling; None picks
+    W4A8 (sm_89+; None: RADIANCE_MXFP4_FP8). per_block: force (True) or refuse (False) the per-block e8m0 scaling; None picks
     the fold wherever it is exact (mxfp4_gemm)."""
     device = weight.device
     dcap, sms = gpu.tile_target(device)
     cap = cap or dcap
+    fp8 = use_fp8(cap) if fp8 is None else fp8
     if fp8 and cap < (8, 9):
         raise ValueError(f"mxfp4 W4A8 needs fp8 tensor-core dots (sm_89+); this GPU is sm_{cap[0]}{cap[1]}")
     n, k = int(weight.shape[0]), int(weight.shape[1]) * 2

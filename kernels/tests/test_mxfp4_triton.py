@@ -170,6 +170,23 @@ def _tensors(sizes, k, seed=0):
     return [mr.random_layer(n, k, gen, krot=2) for n in sizes]
 
 
+def test_fp8_knob_selects_w4a8(monkeypatch):
+    """RADIANCE_MXFP4_FP8 picks W4A8 at prepare; below sm_89 it is refused, naming the knob."""
+    from radiance.kernels import mxfp4_ops as ops
+    from radiance.testing import mxfp4_random as mr
+
+    w, sc, rots, runs = mr.merged(_tensors([128], 256))
+    assert not ops.prepare(w, sc, rots, runs, cap=(9, 0)).fp8
+    monkeypatch.setenv("RADIANCE_MXFP4_FP8", "1")
+    assert ops.prepare(w, sc, rots, runs, cap=(9, 0)).fp8
+    assert not ops.prepare(w, sc, rots, runs, cap=(9, 0), fp8=False).fp8  # an explicit choice wins
+    with pytest.raises(ValueError, match="RADIANCE_MXFP4_FP8=1 needs fp8 tensor-core dots.*sm_86"):
+        ops.prepare(w, sc, rots, runs, cap=(8, 6))
+    monkeypatch.setenv("RADIANCE_MXFP4_FP8", "yes")
+    with pytest.raises(ValueError, match="RADIANCE_MXFP4_FP8='yes': use 0 or 1"):
+        ops.prepare(w, sc, rots, runs, cap=(9, 0))
+
+
 def test_prepare_refuses_bad_partitions():
     from radiance.kernels import mxfp4_ops as ops
     from radiance.testing import mxfp4_random as mr
