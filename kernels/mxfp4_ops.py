@@ -41,7 +41,7 @@ from radiance.kernels.paro_table import SMEM_LIMIT, smem_limit  # noqa: F401 -- 
 from radiance.kernels.paro_table import fit_tile as paro_fit_tile
 from radiance.kernels.registry import ROWS_MAX, KernelSpec, Target
 from radiance.kernels.triton import interpreting, mxfp4_gemm, paro_rotate
-from radiance.knobs import knob, knob_int
+from radiance.knobs import knob_int
 
 MAX_PARTS = MAX_ROTATIONS  # plugin.params reads it: the rotations one GEMM takes
 BOUND_ALIGN = 128  # partition boundaries: multiples of this (an n-block must not straddle two rotations)
@@ -182,13 +182,7 @@ def _split_partials(layer: "Mxfp4Layer") -> int:
 
 def use_fp8(cap: tuple[int, int]) -> bool:
     """RADIANCE_MXFP4_FP8: W4A8 (fp8 activations) instead of W4A16, on cards with fp8 tensor-core dots."""
-    raw = knob("RADIANCE_MXFP4_FP8") or "0"
-    if raw not in ("0", "1"):
-        raise ValueError(f"RADIANCE_MXFP4_FP8={raw!r}: use 0 or 1")
-    if raw == "1" and cap < (8, 9):
-        raise ValueError(f"RADIANCE_MXFP4_FP8=1 needs fp8 tensor-core dots (sm_89+); this GPU is sm_{cap[0]}{cap[1]}. "
-                         "Unset RADIANCE_MXFP4_FP8 to serve W4A16")
-    return raw == "1"
+    return gpu.cap_switch("RADIANCE_MXFP4_FP8", cap, (8, 9), "fp8 tensor-core dots", "W4A16")
 
 
 def prepare(weight: torch.Tensor, weight_scale: torch.Tensor, rotations: list[Rotation], runs: list[Run] | None = None,
