@@ -194,7 +194,7 @@ def main():
     rows = []
 
     def emit(row):
-        row = {"date": date, "gpu": gpu, "method": "paroquant", **row}
+        row = {"date": date, "gpu": gpu, "commit": os.environ.get("BENCH_COMMIT", "unknown"), "method": "paroquant", **row}
         rows.append(row)
         with open(os.path.join(args.out, "results-paro.jsonl"), "a") as f:
             f.write(json.dumps(row) + "\n")

@@ -101,7 +101,7 @@ def main():
             gl_ok = False
 
     def emit(row):
-        row = {"date": date, "gpu": gpu, "method": "pq2", "tinygemm_us": None, **row}
+        row = {"date": date, "gpu": gpu, "commit": os.environ.get("BENCH_COMMIT", "unknown"), "method": "pq2", "tinygemm_us": None, **row}
         jl.write(json.dumps(row) + "\n")
         jl.flush()
 

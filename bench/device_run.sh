@@ -10,6 +10,7 @@ R=$PWD; OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 mkdir -p /tmp/rp/radiance && for f in $R/radiance/*; do ln -sf $f /tmp/rp/radiance/; done
 ln -sfn $R/kernels /tmp/rp/radiance/kernels; ln -sfn $R/quantize /tmp/rp/radiance/quantize
 export PYTHONPATH=/tmp/rp:$R  # $R last: spawned test workers import their test module from it
+export BENCH_COMMIT=$(cat .carry/COMMIT 2>/dev/null || echo unknown)  # the commit the tree was sent from (results rows carry it)
 nvidia-smi -L; python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"
 ls $R/.whl/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-deps $R/.whl/*.whl 2>&1 | tail -1
 for step in "$@"; do

@@ -6,7 +6,9 @@
 Inputs (each the output of one run, on the device or the CPU machine, committed as it came back):
 - serve-*.json: bench/bench_serve.py in prod mode (date, GPU or cpu, commit and versions inside);
 - checks-*.json: bench/serve_compare.py --record (CHECKALL, prod against eval, the CPU reference, JIT compiles);
-- paro-*.jsonl: bench/bench_paro.py rows (the paroquant kernels against cuBLAS and vLLM's int4 kernels).
+- paro-*.jsonl: bench/bench_paro.py rows (the paroquant kernels against cuBLAS and vLLM's int4 kernels);
+- pq2-*.jsonl: bench/bench_pq2.py rows.
+Every row carries the commit its tree was sent from (BENCH_COMMIT; bench/device_run.sh reads .carry/COMMIT).
 """
 
 from __future__ import annotations
@@ -130,13 +132,21 @@ def checks(path: Path) -> list[str]:
     return out
 
 
+def _commit(rows: list[dict]) -> str:
+    """The commit whose tree ran the benchmark (BENCH_COMMIT, stamped where the tree was sent from)."""
+    commits = {r.get("commit") or "unknown" for r in rows}
+    if len(commits) != 1:
+        raise SystemExit(f"perf_page: one results file holds rows of several commits {sorted(commits)}; keep the latest run's")
+    return commits.pop()[:10]
+
+
 def kernels(path: Path) -> list[str]:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     rows = [r for r in rows if r.get("shape")]
     if not rows:
         return []
     gpu, date = rows[0]["gpu"], rows[0]["date"]
-    out = [f"## paroquant kernels: {gpu}, {date}", "",
+    out = [f"## paroquant kernels: {gpu}, {date}, commit `{_commit(rows)}`", "",
            "`bench/bench_paro.py`: µs per call, median of CUDA-graph replays over weight copies larger than L2, "
            "random data. Roofline: the 4.25-bit weight bytes at the streaming-read bandwidth measured in the same "
            "run. Machete / Marlin: vLLM's int4 kernels (what `awq_marlin` serves; Machete is its choice on sm_90) "
@@ -166,7 +176,7 @@ def pq2_kernels(path: Path) -> list[str]:
     rows = [r for r in rows if r.get("method") == "pq2" and r.get("tile") is None and r["path"] in PQ2_KERNELS + ("quant",)]
     if not rows:
         return []
-    out = [f"## pq2 kernels: {rows[0]['gpu']}, {rows[0]['date']}", "",
+    out = [f"## pq2 kernels: {rows[0]['gpu']}, {rows[0]['date']}, commit `{_commit(rows)}`", "",
            "`bench/bench_pq2.py`: µs per call (activation quantizer + GEMM) of each kernel on its planned tile, "
            "median of CUDA-graph replays over weight copies larger than L2, random data; which kernel the plan runs "
            "at each M: [nvidia.md](nvidia.md#the-kernels-triton--gluon). Roofline: the 2.125-bit weight bytes and "

@@ -36,13 +36,14 @@ import torch
 import triton
 
 from radiance.kernels import gpu, registry
+from radiance.kernels.linear import MAX_ROTATIONS, NO_COLUMN, Rotation, Run, check_copies, kernel_bounds, single_run
 from radiance.kernels.paro_table import SMEM_LIMIT, smem_limit  # noqa: F401 -- the cards' limits, one home
 from radiance.kernels.paro_table import fit_tile as paro_fit_tile
 from radiance.kernels.registry import ROWS_MAX, KernelSpec, Target
 from radiance.kernels.triton import interpreting, mxfp4_gemm, paro_rotate
 from radiance.knobs import knob_int
 
-MAX_PARTS = 3
+MAX_PARTS = MAX_ROTATIONS  # plugin.params reads it: the rotations one GEMM takes
 BOUND_ALIGN = 128  # partition boundaries: multiples of this (an n-block must not straddle two rotations)
 MID_MAX_M = 512  # sm_90 prefill rows up to this take the swept mid-band tiles (prefill_tile)
 WIDE_N = 8192  # ... 64 x 128 on layers at least this wide, 128 x 256 below
@@ -97,7 +98,7 @@ class Mxfp4Layer:
     ex: torch.Tensor  # [K/32, N] uint8, per (block, column): the multiplier's exponent field (or e8m0)
     rsc: torch.Tensor  # [N] fp32, the column's power of two (1 with per_block)
     tables: paro_rotate.RotTables
-    bounds: tuple[int, int]  # first column of rotated copy 1 and 2 (1 << 30 if absent)
+    bounds: tuple[int, int]  # first column of rotated copy 1 and 2 (linear.kernel_bounds)
     n: int
     k: int
     cap: tuple[int, int]
@@ -179,40 +180,33 @@ def _split_partials(layer: "Mxfp4Layer") -> int:
         m = m + 1 if m <= layer.decode_max_m else triton.cdiv(m + 1, t.bm) * t.bm  # each row-block count's largest M
 
 
-def prepare(weight: torch.Tensor, weight_scale: torch.Tensor,
-            rotations: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], bounds: list[int] | None = None,
-            bias: torch.Tensor | None = None, cap: tuple[int, int] | None = None, fp8: bool = False,
+def use_fp8(cap: tuple[int, int]) -> bool:
+    """RADIANCE_MXFP4_FP8: W4A8 (fp8 activations) instead of W4A16, on cards with fp8 tensor-core dots."""
+    return gpu.cap_switch("RADIANCE_MXFP4_FP8", cap, (8, 9), "fp8 tensor-core dots", "W4A16")
+
+
+def prepare(weight: torch.Tensor, weight_scale: torch.Tensor, rotations: list[Rotation], runs: list[Run] | None = None,
+            bias: torch.Tensor | None = None, cap: tuple[int, int] | None = None, fp8: bool | None = None,
             per_block: bool | None = None) -> Mxfp4Layer:
     """Checkpoint tensors of one linear: weight [N, K/2] u8 / weight_scale [N, K/32] u8 (the
-    partitions concatenated along N), its distinct rotations (pairs i16 [krot, K], theta f16
-    [krot, K/2], channel_scales f16 [1, K]) and `bounds` = first output column of rotated copies
-    1.. (len P-1, multiples of 128). cap: the GPU capability the tiles are chosen for (default:
-    the device's). fp8: W4A8 (sm_89+). per_block: force (True) or refuse (False) the per-block
-    e8m0 scaling; None picks the fold wherever it is exact (mxfp4_gemm)."""
-    parts = len(rotations)
-    bounds = list(bounds or [])
-    if not 1 <= parts <= MAX_PARTS or len(bounds) != parts - 1:
-        raise ValueError(f"mxfp4: {parts} distinct rotations with boundaries {bounds}; "
-                         f"the GEMM takes 1..{MAX_PARTS} rotations and P-1 boundaries")
+    partitions concatenated along N), its distinct rotations and their runs of output columns
+    (kernels/linear.py; default: one rotation over every column; boundaries multiples of
+    BOUND_ALIGN). cap: the GPU capability the tiles are chosen for (default: the device's). fp8:
+    W4A8 (sm_89+; None: RADIANCE_MXFP4_FP8). per_block: force (True) or refuse (False) the per-block e8m0 scaling; None picks
+    the fold wherever it is exact (mxfp4_gemm)."""
     device = weight.device
     dcap, sms = gpu.tile_target(device)
     cap = cap or dcap
+    fp8 = use_fp8(cap) if fp8 is None else fp8
     if fp8 and cap < (8, 9):
         raise ValueError(f"mxfp4 W4A8 needs fp8 tensor-core dots (sm_89+); this GPU is sm_{cap[0]}{cap[1]}")
     n, k = int(weight.shape[0]), int(weight.shape[1]) * 2
-    if int(rotations[0][0].shape[1]) != k:
-        raise ValueError(f"mxfp4: the rotations' K={int(rotations[0][0].shape[1])} differs from the weight's K={k}")
-    for b in bounds:
-        if b % BOUND_ALIGN or not 0 < b < n:
-            raise ValueError(f"mxfp4: partition boundary {b} must be a multiple of {BOUND_ALIGN} inside 0..{n} "
-                             "(a GEMM n-block must not straddle two rotations)")
-    if bounds != sorted(set(bounds)):
-        raise ValueError(f"mxfp4: partition boundaries {bounds} must increase")
+    bounds = kernel_bounds("mxfp4", runs or single_run(n), rotations, n, k, BOUND_ALIGN)
     wb, ex, rsc, pb = mxfp4_gemm.repack(weight, weight_scale, fp8, per_block)
     target = Target("paroquant_mxfp4", "cuda", n, k, cap, interpret=interpreting(),
                     decode_max_m=knob_int("RADIANCE_PQ_DECODE_MAX_M"))
     layer = Mxfp4Layer(wb.to(device), ex.to(device), rsc.to(device), paro_rotate.build_tables(rotations, device),
-                       tuple((bounds + [1 << 30, 1 << 30])[:2]), n, k, cap, sms, target.decode_max_m,
+                       bounds, n, k, cap, sms, target.decode_max_m,
                        registry.choose(KERNELS, target), pb, fp8, bias)
     # tickets: one per output tile of a split-K launch (decode: <= 4 row blocks of BN >= 32; prefill
     # splits only when its tiles number <= 2 * sms)
@@ -233,7 +227,7 @@ def tile_for(layer: Mxfp4Layer, m: int) -> Tile:
         chunks = layer.k // mxfp4_gemm.CHUNK
         t = decode_tile(m, layer.n, chunks, layer.sms, layer.cap, layer.per_block) if key[0] == "d" \
             else prefill_tile(m, layer.n, chunks, layer.sms, layer.cap, layer.fp8, layer.per_block)
-        while any(b < (1 << 30) and b % t.bn for b in layer.bounds):
+        while any(b < NO_COLUMN and b % t.bn for b in layer.bounds):
             t = replace(t, bn=t.bn // 2)
             if t.split > 1 and key[0] == "p":  # more n-blocks: the split that fills the GPU shrinks
                 tiles = triton.cdiv(m, t.bm) * triton.cdiv(layer.n, t.bn)
@@ -243,11 +237,7 @@ def tile_for(layer: Mxfp4Layer, m: int) -> Tile:
 
 
 def check_partitions(layer: Mxfp4Layer, a: torch.Tensor) -> None:
-    """A rotated-activation stack must have exactly the layer's partition count: the GEMM indexes
-    copies by column block and would read past a short stack."""
-    if a.dim() != 3 or a.shape[0] != layer.parts or a.shape[2] != layer.k:
-        raise ValueError(f"mxfp4: activations {list(a.shape)} do not match the layer's "
-                         f"[{layer.parts}, M, {layer.k}] (partitions, rows, K)")
+    check_copies("mxfp4", layer.parts, layer.k, a)
 
 
 def rotate(layer: Mxfp4Layer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:

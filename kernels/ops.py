@@ -17,9 +17,8 @@ from collections.abc import Callable
 
 import torch
 
-from radiance.kernels import reference
 from radiance.kernels.cpu_ops import CPU
-from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors
+from radiance.kernels.formats.paroquant import ParoTensors
 from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
 from radiance.kernels.formats.pq2 import Pq2Tensors
 from radiance.kernels.linear import (  # noqa: F401 -- re-exported: callers say ops.PreparedLinear
@@ -39,11 +38,10 @@ def linear_forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | N
 # ----------------------------------------------------------------------------- prepare (once per layer)
 def prepare_paroquant(
     qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
-    rotations: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], partition_sizes: list[int],
-    platform: str | None = None,
+    rotations: list[Rotation], partition_sizes: list[int], platform: str | None = None,
 ) -> PreparedLinear:
-    """qweight/qzeros/scales concatenated along N over the partitions; one (pairs, theta,
-    channel_scales) per partition. Identical adjacent rotations are merged. `platform`: the
+    """qweight/qzeros/scales concatenated along N over the partitions; one Rotation and one size
+    (vLLM's output partition sizes) per partition. Identical adjacent rotations are merged. `platform`: the
     tensors' device's unless given (the offline compile check prepares CPU tensors for a GPU)."""
     prep = _rotated("paroquant", int(scales.shape[1]), int(qweight.shape[0]), qweight.device, rotations,
                     partition_sizes, platform)
@@ -52,8 +50,7 @@ def prepare_paroquant(
 
 def prepare_paroquant_mxfp4(
     weight: torch.Tensor, weight_scale: torch.Tensor,
-    rotations: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], partition_sizes: list[int],
-    platform: str | None = None,
+    rotations: list[Rotation], partition_sizes: list[int], platform: str | None = None,
 ) -> PreparedLinear:
     """weight [N, K/2] / weight_scale [N, K/32] concatenated along N over the partitions; rotations as
     prepare_paroquant's."""
@@ -75,14 +72,11 @@ def prepare_dense(weight: torch.Tensor, platform: str | None = None) -> Prepared
     return _prepare(prep, weight)
 
 
-def _rotated(method: str, n: int, k: int, device: torch.device, rotations: list, partition_sizes: list[int],
-             platform: str | None) -> PreparedLinear:
+def _rotated(method: str, n: int, k: int, device: torch.device, rotations: list[Rotation],
+             partition_sizes: list[int], platform: str | None) -> PreparedLinear:
     """A rotated method's PreparedLinear with its distinct rotations and runs."""
     distinct, runs = dedup_rotations(rotations, partition_sizes)
-    prep = PreparedLinear(method, platform or platform_of(device), k, n, runs=runs)
-    for pairs, theta, cs in distinct:
-        prep.rotations.append(Rotation(pairs, theta, cs, reference.rotation_plan(pairs, theta, GROUP_SIZE, torch.float32)))
-    return prep
+    return PreparedLinear(method, platform or platform_of(device), k, n, rotations=distinct, runs=runs)
 
 
 def _first(prep: PreparedLinear) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -103,20 +97,12 @@ def _prepare(prep: PreparedLinear, tensors) -> PreparedLinear:
 
 
 # ----------------------------------------------------------------------------- NVIDIA (Triton / Gluon)
-def _rotations(prep: PreparedLinear) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    return [(r.pairs, r.theta, r.channel_scales) for r in prep.rotations]
-
-
-def _bounds(prep: PreparedLinear) -> list[int]:
-    return [run.n0 for run in prep.runs[1:]]  # runs map 1:1 to distinct rotations
-
-
 def _paroquant_cuda_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
     # paro_ops owns the layout, the kernel plan (paro_table.KERNELS), tiles and scratch
     from radiance.kernels import paro_ops
 
-    prep.data["paro"] = paro_ops.prepare([t.qweight], [t.qzeros], [t.scales], _rotations(prep),  # type: ignore[assignment]
-                                         _bounds(prep))
+    prep.data["paro"] = paro_ops.prepare([t.qweight], [t.qzeros], [t.scales], prep.rotations,  # type: ignore[assignment]
+                                         prep.runs)
 
 
 def _paroquant_cuda(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -143,7 +129,7 @@ def _mxfp4_cuda_prepare(prep: PreparedLinear, t: Mxfp4Tensors) -> None:
     # mxfp4_ops owns the layout, the kernel plan (mxfp4_ops.KERNELS), tiles and scratch
     from radiance.kernels import mxfp4_ops
 
-    prep.data["mxfp4"] = mxfp4_ops.prepare(t.weight, t.weight_scale, _rotations(prep), _bounds(prep))  # type: ignore[assignment]
+    prep.data["mxfp4"] = mxfp4_ops.prepare(t.weight, t.weight_scale, prep.rotations, prep.runs)  # type: ignore[assignment]
 
 
 def _mxfp4_cuda(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -171,7 +157,7 @@ def _paroquant_rocm_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
     from radiance.kernels.hip import layout
 
     prep.data["hip"] = layout.prepare_merged(  # type: ignore[assignment]
-        t.qweight, t.qzeros, t.scales, _rotations(prep), _bounds(prep), wperm=knob("RADIANCE_PQ_WPERM") == "1")
+        t.qweight, t.qzeros, t.scales, prep.rotations, prep.runs, wperm=knob("RADIANCE_PQ_WPERM") == "1")
 
 
 def _paroquant_rocm(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -19,11 +19,12 @@ from radiance.kernels.paro_table import (  # noqa: F401 -- the table's names, re
     launches_dependent, prefill_tile, prologue_mode, scratch_piece_rows, smem_bytes, smem_limit, stream_tile,
     use_int8)
 from radiance.kernels import gpu, registry
+from radiance.kernels.linear import MAX_ROTATIONS, NO_COLUMN, Rotation, Run, check_copies, kernel_bounds, single_run
 from radiance.kernels.pdl import enabled as pdl_enabled
 from radiance.kernels.triton import interpreting, paro_gemm, paro_rotate, paro_scratch
 from radiance.knobs import knob_int
 
-MAX_PARTS = 3
+MAX_PARTS = MAX_ROTATIONS  # plugin.params reads it: the rotations one GEMM takes
 
 
 @dataclass
@@ -64,7 +65,7 @@ class ParoLayer:
     sc: torch.Tensor  # [G, N] f16
     d: torch.Tensor  # [G, N] int8 (zero point - 8)
     tables: paro_rotate.RotTables
-    bounds: tuple[int, int]  # first column of rotated copy 1 and 2 (1 << 30 if absent)
+    bounds: tuple[int, int]  # first column of rotated copy 1 and 2 (linear.kernel_bounds)
     n: int
     k: int
     cap: tuple[int, int]
@@ -83,16 +84,12 @@ class ParoLayer:
 
 
 def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: list[torch.Tensor],
-            rotations: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], bounds: list[int] | None = None,
+            rotations: list[Rotation], runs: list[Run] | None = None,
             bias: torch.Tensor | None = None, cap: tuple[int, int] | None = None, only: str | None = None) -> ParoLayer:
-    """Checkpoint tensors of one linear (lists: one entry per weight piece, concatenated along N)
-    and its distinct rotations; `bounds` = first output column of rotated copies 1.. (len P-1).
-    `only`: plan that kernel (e.g. "paroquant.deqt") on every row it takes (benchmarks, tests)."""
-    parts = len(rotations)
-    bounds = list(bounds or [])
-    if not 1 <= parts <= MAX_PARTS or len(bounds) != parts - 1:
-        raise ValueError(f"paroquant: {parts} distinct rotations with boundaries {bounds}; "
-                         f"the GEMM takes 1..{MAX_PARTS} rotations and P-1 boundaries")
+    """Checkpoint tensors of one linear (lists: one entry per weight piece, concatenated along N),
+    its distinct rotations and their runs of output columns (kernels/linear.py; default: one
+    rotation over every column). `only`: plan that kernel (e.g. "paroquant.deqt") on every row it
+    takes (benchmarks, tests)."""
     device = qweights[0].device
     dcap, sms = gpu.tile_target(device)
     on_gpu = gpu.capability(device) is not None
@@ -101,14 +98,10 @@ def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: li
     wb, sc, d = paro_gemm.repack(qweights, qzeros, scales)
     g, n, _ = wb.shape
     k = g * GROUP_SIZE
-    for b in bounds:
-        if b % 128 or not 0 < b < n:
-            raise ValueError(f"paroquant: partition boundary {b} must be a multiple of 128 inside 0..{n} "
-                             "(a GEMM n-block must not straddle two rotations)")
+    bounds = kernel_bounds("paroquant", runs or single_run(n), rotations, n, k, 128)
     target = registry.Target("paroquant", "cuda", n, k, cap, i8, interpreting(), knob_int("RADIANCE_PQ_DECODE_MAX_M"))
     layer = ParoLayer(wb.to(device), sc.to(device), d.to(device),
-                      paro_rotate.build_tables(rotations, device),
-                      tuple((bounds + [1 << 30, 1 << 30])[:2]), n, k, cap, sms, target.decode_max_m, i8,
+                      paro_rotate.build_tables(rotations, device), bounds, n, k, cap, sms, target.decode_max_m, i8,
                       registry.choose(KERNELS, target, only), bias, scratch_piece_rows(),
                       # the real GPU's capability: a faked one (the sm_75 configs run on the H200) never asks for it
                       pdl=on_gpu and pdl_enabled(dcap) and cap >= (9, 0))
@@ -123,11 +116,7 @@ def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: li
 
 
 def check_partitions(layer: ParoLayer, a: torch.Tensor) -> None:
-    """A rotated-activation stack must have exactly the layer's partition count: the GEMM indexes
-    copies by column block and would read past a short stack (a hang on the GPU, not a fault)."""
-    if a.dim() != 3 or a.shape[0] != layer.parts or a.shape[2] != layer.k:
-        raise ValueError(f"paroquant: activations {list(a.shape)} do not match the layer's "
-                         f"[{layer.parts}, M, {layer.k}] (partitions, rows, K)")
+    check_copies("paroquant", layer.parts, layer.k, a)
 
 
 def kind_for(layer: ParoLayer, m: int) -> str:
@@ -154,7 +143,7 @@ def tile_for(layer: ParoLayer, m: int, kind: str | None = None) -> Tile:
         t = decode_tile(kind, m, layer.n, layer.k // GROUP_SIZE, layer.sms, layer.cap, layer.i8) if decode \
             else prefill_tile(kind, layer.cap, m)
         if layer.parts > 1:
-            while any(b < (1 << 30) and b % t.bn for b in layer.bounds):
+            while any(b < NO_COLUMN and b % t.bn for b in layer.bounds):
                 t = replace(t, bn=t.bn // 2)
         layer.tiles[key] = t
     return t

@@ -19,11 +19,12 @@ from dataclasses import dataclass, replace
 
 import triton
 
+from radiance.kernels import gpu
 from radiance.kernels.formats.paroquant import GROUP_SIZE
 from radiance.kernels.registry import ROWS_MAX, KernelSpec, Target, register
 from radiance.kernels.triton import interpreting, paro_rotate
 from radiance.kernels.triton.split_finish import stream_programs
-from radiance.knobs import knob, knob_int
+from radiance.knobs import knob_int
 
 W4A16_ONLY = ("deqt", "gemv", "gemv_gl", "mma_gl", "wgmma", "scratch")  # kinds that multiply fp16/fp32 activations only
 GEMV_MAX_M = 1  # W4A16 rows up to this run the Triton CUDA-core gemv (one program per row)
@@ -135,13 +136,7 @@ def scratch_piece_rows() -> int:
 
 
 def use_int8(cap: tuple[int, int]) -> bool:
-    raw = knob("RADIANCE_PQ_I8") or "0"
-    if raw not in ("0", "1"):
-        raise ValueError(f"RADIANCE_PQ_I8={raw!r}: use 0 or 1")
-    if raw == "1" and cap < (8, 0):
-        raise ValueError(f"RADIANCE_PQ_I8=1 needs int8 tensor-core dots (sm_80+); this GPU is sm_{cap[0]}{cap[1]}. "
-                         "Unset RADIANCE_PQ_I8 to serve W4A16")
-    return raw == "1"
+    return gpu.cap_switch("RADIANCE_PQ_I8", cap, (8, 0), "int8 tensor-core dots", "W4A16")
 
 
 def launches_dependent(t: Tile) -> bool:

@@ -66,7 +66,7 @@ def synthetic(spec: LinearSpec, device: torch.device, seed: int = 0, platform: s
     for _ in spec.sizes:
         pairs = torch.argsort(torch.rand(8 * groups, GROUP_SIZE, generator=g), dim=-1).view(8, k).to(torch.int16)
         theta = (torch.rand(8, k // 2, generator=g) * 6.28 - 3.14).half()
-        rotations.append((pairs.to(device), theta.to(device), torch.ones(1, k, dtype=torch.float16, device=device)))
+        rotations.append(ops.Rotation(pairs.to(device), theta.to(device), torch.ones(1, k, dtype=torch.float16, device=device)))
     if spec.method == "paroquant_mxfp4":  # e2m1 codes; e8m0 scales near 2^-7 (a realistic weight range)
         return ops.prepare_paroquant_mxfp4(ints(n, k // 2, hi=256).to(torch.uint8),
                                            ints(n, k // 32, hi=4).to(torch.uint8) + 118, rotations,

@@ -39,7 +39,8 @@ def _rotated_exact(layer, lay: Layout, x: torch.Tensor, bias: torch.Tensor | Non
     for output columns [c0, c1), CHUNK columns at a time."""
     out = x.new_empty((x.shape[0], sum(lay.sizes)), dtype=torch.float32)
     for p, (n0, n1) in enumerate(lay.partition_bounds()):
-        xr = reference.rotate(x.float(), *partition_rotation(layer, p))
+        rot = partition_rotation(layer, p)
+        xr = reference.rotate(x.float(), rot.pairs, rot.theta, rot.channel_scales)
         for c0 in range(n0, n1, CHUNK):
             c1 = min(c0 + CHUNK, n1)
             out[:, c0:c1] = xr @ dequant(c0, c1).t()

@@ -104,9 +104,9 @@ def rotation_params(lay: Layout, specs: dict[str, TensorSpec], krot: int) -> dic
             "channel_scales": rotation_param(lay, specs["channel_scales"], (1, k))}
 
 
-def partition_rotation(layer, p: int) -> tuple:
-    """(pairs, theta, channel_scales) of partition p of a rotated layer."""
-    return layer.pairs.data[p], layer.theta.data[p], layer.channel_scales.data[p]
+def partition_rotation(layer, p: int) -> ops.Rotation:
+    """The rotation of partition p of a rotated layer."""
+    return ops.Rotation(layer.pairs.data[p], layer.theta.data[p], layer.channel_scales.data[p])
 
 
 # The most distinct rotations one GPU GEMM of a rotated method takes (its kernels' own constant);
@@ -132,7 +132,7 @@ def rotation_limit(method: str, platform: str) -> int | None:
     return int(getattr(module, where[1]))
 
 
-def check_rotation_limit(lay: Layout, method: str, rotations: list[tuple], device) -> None:
+def check_rotation_limit(lay: Layout, method: str, rotations: list[ops.Rotation], device) -> None:
     """Refuse, naming the layer, a merged linear whose partitions need more distinct rotations (after
     merging identical adjacent ones, as ops.dedup_rotations does) than this platform's GEMM takes."""
     platform = ops.platform_of(device)

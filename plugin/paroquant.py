@@ -70,7 +70,7 @@ class ParoQuantLinearMethod(RadianceLinearMethod):
         rotations = []
         for p, (n0, n1) in enumerate(lay.partition_bounds()):
             rot = partition_rotation(layer, p)
-            part = fmt.ParoTensors(qw[:, n0 // PACK:n1 // PACK], qz[:, n0 // PACK:n1 // PACK], sc[:, n0:n1], *rot)
+            part = fmt.ParoTensors(qw[:, n0 // PACK:n1 // PACK], qz[:, n0 // PACK:n1 // PACK], sc[:, n0:n1], rot.pairs, rot.theta, rot.channel_scales)
             fmt.validate(part, lay.names[p], self.config.bits, self.config.group_size)
             rotations.append(rot)
         check_rotation_limit(lay, "paroquant", rotations, qw.device)

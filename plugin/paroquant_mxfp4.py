@@ -55,7 +55,7 @@ class ParoQuantMxfp4LinearMethod(RadianceLinearMethod):
         rotations = []
         for p, (n0, n1) in enumerate(lay.partition_bounds()):
             rot = partition_rotation(layer, p)
-            fmt.validate(fmt.Mxfp4Tensors(w[n0:n1], sc[n0:n1], *rot), lay.names[p], self.config.bits,
+            fmt.validate(fmt.Mxfp4Tensors(w[n0:n1], sc[n0:n1], rot.pairs, rot.theta, rot.channel_scales), lay.names[p], self.config.bits,
                          self.config.group_size)
             rotations.append(rot)
         check_rotation_limit(lay, "paroquant_mxfp4", rotations, w.device)

@@ -67,6 +67,8 @@ KNOBS: dict[str, Knob] = {
              "Reserved for the fused producers of silu-mul / gated-norm / attention-gate (with `RADIANCE_PQ_ROT_STREAM`); no kernel reads it yet.", "-rs2"),
         Knob("RADIANCE_PQ_I8", "0", True,
              "gfx1201: int8 activations on the int8 WMMA instead of fp8. NVIDIA sm_80+: W4A8 (int8 per-group activations, int8 tensor-core GEMM) instead of W4A16; on the H200 faster at M = 8..16 (W4A16's tensor-core decode leads at M = 2..4 on most shapes), slower from M = 64 and in prefill.", "-i8"),
+        Knob("RADIANCE_MXFP4_FP8", "0", True,
+             "NVIDIA sm_89+: serve `paroquant_mxfp4` as W4A8 (e4m3 activations per row and 128-group, fp8 tensor-core GEMM) instead of W4A16; `1` below sm_89 is an error at load. gfx1201 runs MXFP4 as fp8 x fp8 either way.", "-mxf8"),
         Knob("RADIANCE_PQ_SCRATCH_ROWS", "0", False,
              "NVIDIA paroquant scratch path: weight rows dequantized per piece (a multiple of 128). Each piece is dequantized on a side stream while the GEMM of the piece before it runs, and the scratch holds two pieces instead of the whole largest weight; `0` = the whole weight at once. A memory knob, not a speed one: pieces cost a few percent of prefill time on the H200; with 4096 rows a 27B gate_up's scratch is 84 MB instead of 356 MB."),
         Knob("RADIANCE_PDL", "auto", False,

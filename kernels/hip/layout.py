@@ -23,9 +23,7 @@ import torch
 
 from radiance.kernels.formats import FormatError
 from radiance.kernels.formats.paroquant import ParoTensors, unpack_awq, validate
-
-MAX_ROTATIONS = 3
-NO_BOUNDARY = 1 << 30
+from radiance.kernels.linear import MAX_ROTATIONS, Rotation, Run, dedup_rotations, kernel_bounds  # noqa: F401 -- MAX_ROTATIONS: plugin/params.py reads it here
 # the prefill wave tile is 32 columns; a boundary inside one would mix two rotations
 BOUNDARY_MULTIPLE = 32
 
@@ -77,11 +75,6 @@ def from_fragment_order(wq: torch.Tensor) -> torch.Tensor:
     return wq.view(nt, ks, 2, 16).permute(0, 3, 1, 2).reshape(nt * 16, ks * 2).contiguous()
 
 
-def _same_rotation(a: ParoTensors, b: ParoTensors) -> bool:
-    return (torch.equal(a.pairs, b.pairs) and torch.equal(a.theta, b.theta)
-            and torch.equal(a.channel_scales, b.channel_scales))
-
-
 def rotation_records(pairs: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
     """[krot, K] local pairs + [krot, K/2] angles -> [krot, K/2, 4] int32 records."""
     krot, k = pairs.shape
@@ -106,39 +99,47 @@ def prepare(parts: Sequence[ParoTensors], layer: str = "linear", wperm: bool = T
         if t.in_features != k or t.krot != krot:
             raise FormatError(f"{layer}[{i}]: partitions must share K={k} and krot={krot}, "
                               f"got K={t.in_features} krot={t.krot}")
-    # distinct adjacent rotations and the column where each starts
-    reps: list[ParoTensors] = []
-    starts: list[int] = []
-    col = 0
-    for t in parts:
-        if not reps or not _same_rotation(reps[-1], t):
-            reps.append(t)
-            starts.append(col)
-        col += t.out_features
+    distinct, runs = dedup_rotations([Rotation.of(t) for t in parts], [t.out_features for t in parts])
     return prepare_merged(
         torch.cat([t.qweight for t in parts], dim=1), torch.cat([t.qzeros for t in parts], dim=1),
-        torch.cat([t.scales for t in parts], dim=1), [(r.pairs, r.theta, r.channel_scales) for r in reps],
-        starts[1:], layer=layer, wperm=wperm)
+        torch.cat([t.scales for t in parts], dim=1), distinct, runs, layer=layer, wperm=wperm)
+
+
+@dataclass
+class RotationLayout:
+    """The rotations as pq_rotate_quant reads them, and the GEMM's boundary select."""
+
+    cs: torch.Tensor  # [R, K] f32
+    rec: torch.Tensor  # [R, krot, K/2, 4] int32
+    krot: int
+    pb1: int
+    pb2: int
+
+
+def rotation_layout(rotations: Sequence[Rotation], runs: Sequence[Run], n: int, k: int, layer: str) -> RotationLayout:
+    """The distinct rotations and their runs (kernels/linear.py) checked against the kernels' limits
+    (R <= 3, boundaries on the 32-column wave tile, N a multiple of 16, one krot) and laid out."""
+    krot = int(rotations[0].pairs.shape[0]) if rotations else 0
+    if k % 128 or any(int(r.pairs.shape[0]) != krot for r in rotations):
+        raise FormatError(f"{layer}: K={k} must be a multiple of 128 and every rotation [krot={krot}, K]")
+    if n % 16:
+        raise FormatError(f"{layer}: N={n} must be a multiple of 16")
+    try:
+        pb1, pb2 = kernel_bounds(layer, list(runs), list(rotations), n, k, BOUNDARY_MULTIPLE)
+    except ValueError as e:
+        raise FormatError(str(e)) from None
+    cs = torch.stack([r.channel_scales.reshape(-1).to(torch.float32) for r in rotations]).contiguous()
+    rec = torch.stack([rotation_records(r.pairs, r.theta) for r in rotations]).contiguous()
+    return RotationLayout(cs, rec, krot, pb1, pb2)
 
 
 def prepare_merged(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
-                   rotations: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], boundaries: Sequence[int],
-                   layer: str = "linear", wperm: bool = True) -> PreparedParo:
-    """The checkpoint tensors concatenated along N, the distinct rotations (pairs, theta,
-    channel_scales) in column order and the columns where rotations 1, 2 start."""
+                   rotations: Sequence[Rotation], runs: Sequence[Run], layer: str = "linear",
+                   wperm: bool = True) -> PreparedParo:
+    """The checkpoint tensors concatenated along N, the distinct rotations in column order and their
+    runs of output columns."""
     k, n = int(qweight.shape[0]), int(scales.shape[1])
-    krot = int(rotations[0][0].shape[0]) if rotations else 0
-    if not 1 <= len(rotations) <= MAX_ROTATIONS or len(boundaries) != len(rotations) - 1:
-        raise FormatError(f"{layer}: {len(rotations)} distinct rotations with boundaries {list(boundaries)}; the "
-                          f"GEMM takes 1 to at most {MAX_ROTATIONS}, one boundary fewer than rotations")
-    if k % 128 or any(int(p.shape[0]) != krot or int(p.shape[1]) != k for p, _, _ in rotations):
-        raise FormatError(f"{layer}: K={k} must be a multiple of 128 and every rotation [krot={krot}, K]")
-    bad = [b for b in boundaries if b % BOUNDARY_MULTIPLE or not 0 < b < n]
-    if bad or n % 16 or list(boundaries) != sorted(boundaries):
-        raise FormatError(f"{layer}: rotation boundaries {list(boundaries)} must be increasing multiples of "
-                          f"{BOUNDARY_MULTIPLE} inside N={n}, and N a multiple of 16")
-    bounds = list(boundaries) + [NO_BOUNDARY] * (MAX_ROTATIONS - 1 - len(boundaries))
-
+    rot = rotation_layout(rotations, runs, n, k, layer)
     codes = unpack_awq(qweight)  # [K, N]
     zeros = unpack_awq(qzeros).to(torch.float16)  # [G, N]
     words = pack_words(codes.t().contiguous())
@@ -146,10 +147,8 @@ def prepare_merged(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Te
     sc_bits = scales.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF  # f16 bit patterns
     d_bits = (zeros - 8).view(torch.int16).to(torch.int32) & 0xFFFF
     sz = (sc_bits | (d_bits << 16)).contiguous()
-    cs = torch.stack([c.reshape(-1).to(torch.float32) for _, _, c in rotations]).contiguous()
-    rec = torch.stack([rotation_records(p, t) for p, t, _ in rotations]).contiguous()
-    return PreparedParo(wq=wq.contiguous(), sz=sz, cs=cs, rec=rec, krot=krot, in_features=k, out_features=n,
-                        pb1=bounds[0], pb2=bounds[1], wperm=wperm)
+    return PreparedParo(wq=wq.contiguous(), sz=sz, cs=rot.cs, rec=rot.rec, krot=rot.krot, in_features=k, out_features=n,
+                        pb1=rot.pb1, pb2=rot.pb2, wperm=wperm)
 
 
 def weight_codes(prep: PreparedParo) -> torch.Tensor:

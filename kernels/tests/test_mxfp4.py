@@ -13,6 +13,7 @@ from radiance.kernels.formats import FormatError
 from radiance.kernels.formats import paroquant_mxfp4 as mx
 from radiance.kernels.tests.test_ops import FOLDED_REL
 from radiance.quantize import rtn
+from radiance.kernels.linear import Rotation
 
 
 def _mx(n: int, k: int, seed: int, krot: int = 4) -> mx.Mxfp4Tensors:
@@ -84,7 +85,7 @@ def test_reference_equals_the_rotated_dense_form():
 def _merged(parts: list[mx.Mxfp4Tensors]) -> ops.PreparedLinear:
     return ops.prepare_paroquant_mxfp4(
         torch.cat([p.weight for p in parts]), torch.cat([p.weight_scale for p in parts]),
-        [(p.pairs, p.theta, p.channel_scales) for p in parts], [p.out_features for p in parts])
+        [Rotation.of(p) for p in parts], [p.out_features for p in parts])
 
 
 @pytest.mark.parametrize("mode", ["fp32", "int8"])
@@ -118,5 +119,5 @@ def test_folded_cpu_row_matches_the_reference(dtype, mode, monkeypatch):
 def test_no_gfx1201_kernel_yet_is_an_error_that_names_the_method():
     t = _mx(32, 256, 0)
     with pytest.raises(NotImplementedError, match="method=paroquant_mxfp4 on platform=rocm"):
-        ops.prepare_paroquant_mxfp4(t.weight, t.weight_scale, [(t.pairs, t.theta, t.channel_scales)], [32],
+        ops.prepare_paroquant_mxfp4(t.weight, t.weight_scale, [Rotation.of(t)], [32],
                                     platform="rocm")

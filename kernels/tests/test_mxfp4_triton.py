@@ -25,6 +25,7 @@ import sys
 
 import pytest
 import torch
+from radiance.kernels.linear import Rotation
 
 TOL = 2e-3  # the issue's bound: relative to the fp32 reference
 MS = (1, 3, 16, 65, 300)
@@ -114,7 +115,7 @@ def _main() -> None:
     # per-block scaling (chosen by prepare), as does W4A8's beyond 14
     for span, per_block in ((24, False), (40, True)):
         t = _span_layer(72, 256, span, gen)
-        layer = ops.prepare(t.weight, t.weight_scale, [(t.pairs, t.theta, t.channel_scales)])
+        layer = ops.prepare(t.weight, t.weight_scale, [Rotation.of(t)])
         assert layer.per_block == per_block, (span, layer.per_block)
         for m in (1, 65):
             x = torch.randn(m, 256, generator=gen)  # fp32 in and out: the small blocks' outputs are small
@@ -140,7 +141,7 @@ def _main() -> None:
                 check(f"W4A8 {name} M={m} {tt}", rel(ops.forward(layer, x, tile=tt), ref))
     for span, per_block in ((14, False), (15, True)):
         t = _span_layer(72, 256, span, gen)
-        layer = ops.prepare(t.weight, t.weight_scale, [(t.pairs, t.theta, t.channel_scales)], fp8=True)
+        layer = ops.prepare(t.weight, t.weight_scale, [Rotation.of(t)], fp8=True)
         assert layer.per_block == per_block, (span, layer.per_block)
         x = torch.randn(3, 256, generator=gen)
         x[:, :32] = 0
@@ -169,20 +170,37 @@ def _tensors(sizes, k, seed=0):
     return [mr.random_layer(n, k, gen, krot=2) for n in sizes]
 
 
+def test_fp8_knob_selects_w4a8(monkeypatch):
+    """RADIANCE_MXFP4_FP8 picks W4A8 at prepare; below sm_89 it is refused, naming the knob."""
+    from radiance.kernels import mxfp4_ops as ops
+    from radiance.testing import mxfp4_random as mr
+
+    w, sc, rots, runs = mr.merged(_tensors([128], 256))
+    assert not ops.prepare(w, sc, rots, runs, cap=(9, 0)).fp8
+    monkeypatch.setenv("RADIANCE_MXFP4_FP8", "1")
+    assert ops.prepare(w, sc, rots, runs, cap=(9, 0)).fp8
+    assert not ops.prepare(w, sc, rots, runs, cap=(9, 0), fp8=False).fp8  # an explicit choice wins
+    with pytest.raises(ValueError, match="RADIANCE_MXFP4_FP8=1 needs fp8 tensor-core dots.*sm_86"):
+        ops.prepare(w, sc, rots, runs, cap=(8, 6))
+    monkeypatch.setenv("RADIANCE_MXFP4_FP8", "yes")
+    with pytest.raises(ValueError, match="RADIANCE_MXFP4_FP8='yes': use 0 or 1"):
+        ops.prepare(w, sc, rots, runs, cap=(9, 0))
+
+
 def test_prepare_refuses_bad_partitions():
     from radiance.kernels import mxfp4_ops as ops
     from radiance.testing import mxfp4_random as mr
 
-    w, sc, rots, _ = mr.merged(_tensors([200, 100], 256))
+    w, sc, rots, runs = mr.merged(_tensors([200, 100], 256))
     with pytest.raises(ValueError, match="multiple of 128"):
-        ops.prepare(w, sc, rots, [200])
-    with pytest.raises(ValueError, match="P-1 boundaries"):
-        ops.prepare(w, sc, rots, [])
-    w4, sc4, rots4, b4 = mr.merged(_tensors([128] * 4, 256))
+        ops.prepare(w, sc, rots, runs)
+    with pytest.raises(ValueError, match="one run each"):
+        ops.prepare(w, sc, rots)
+    w4, sc4, rots4, runs4 = mr.merged(_tensors([128] * 4, 256))
     with pytest.raises(ValueError, match="1..3 rotations"):
-        ops.prepare(w4, sc4, rots4, b4)
+        ops.prepare(w4, sc4, rots4, runs4)
     with pytest.raises(ValueError, match="sm_89"):
-        ops.prepare(w, sc, rots[:1], [], cap=(8, 6), fp8=True)
+        ops.prepare(w, sc, rots[:1], cap=(8, 6), fp8=True)
 
 
 def test_repack_layout_and_window():
@@ -260,10 +278,10 @@ def test_gpu_every_kind_and_tile(shape, gen):
 
     sizes, k = SHAPES[shape]
     parts = _layers(sizes, k, gen)
-    w, sc, rots, bounds = mr.merged(parts)
+    w, sc, rots, runs = mr.merged(parts)
     bias = torch.randn(sum(sizes), device="cuda", dtype=torch.bfloat16)
     for per_block in (False, True):
-        layer = ops.prepare(w, sc, rots, bounds, per_block=per_block)
+        layer = ops.prepare(w, sc, rots, runs, per_block=per_block)
         for m in MS:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             ref = mr.reference_merged(x, parts)
@@ -291,7 +309,7 @@ def test_gpu_windows_row_by_row(gen):
     for span, per_block in ((10, False), (24, False), (40, True), (100, True)):
         t = _span_layer(1000, 1280, span, cpu)
         t = type(t)(*(getattr(t, f).cuda() for f in ("weight", "weight_scale", "pairs", "theta", "channel_scales")))
-        layer = ops.prepare(t.weight, t.weight_scale, [(t.pairs, t.theta, t.channel_scales)])
+        layer = ops.prepare(t.weight, t.weight_scale, [Rotation.of(t)])
         assert layer.per_block == per_block
         for m in (1, 16, 300):
             x = torch.randn(m, 1280, device="cuda")  # fp32 in and out: 2^-77 blocks underflow fp16

@@ -36,13 +36,14 @@ def _layer(sizes, k, **kw):
     """Zero codes, e8m0 2^-7 and identity rotations (one Givens layer): only shapes and formats
     matter, nothing runs."""
     from radiance.kernels import mxfp4_ops
+    from radiance.kernels.linear import Rotation
+    from radiance.testing.paro_random import runs_of
 
     n = sum(sizes)
-    rot = (torch.arange(128, dtype=torch.int16).repeat(1, k // 128), torch.zeros(1, k // 2, dtype=torch.float16),
-           torch.ones(1, k, dtype=torch.float16))
-    bounds = [sum(sizes[:i + 1]) for i in range(len(sizes) - 1)]
+    rot = Rotation(torch.arange(128, dtype=torch.int16).repeat(1, k // 128), torch.zeros(1, k // 2, dtype=torch.float16),
+                   torch.ones(1, k, dtype=torch.float16))
     return mxfp4_ops.prepare(torch.zeros(n, k // 2, dtype=torch.uint8), torch.full((n, k // 32), 120, dtype=torch.uint8),
-                             [rot] * len(sizes), bounds, **kw)
+                             [rot] * len(sizes), runs_of(sizes), **kw)
 
 
 @pytest.mark.parametrize("arch", ["sm_75", "sm_86", "sm_90"])

@@ -13,6 +13,7 @@ from radiance.kernels import cpu_ops, ops
 from radiance.kernels import reference as R
 from radiance.kernels.formats.paroquant import ParoTensors
 from radiance.quantize import rtn
+from radiance.kernels.linear import Rotation
 
 
 def _paro(n: int, k: int, seed: int, krot: int = 4) -> ParoTensors:
@@ -26,7 +27,7 @@ def _merged(parts: list[ParoTensors]) -> ops.PreparedLinear:
     return ops.prepare_paroquant(
         torch.cat([p.qweight for p in parts], 1), torch.cat([p.qzeros for p in parts], 1),
         torch.cat([p.scales for p in parts], 1),
-        [(p.pairs, p.theta, p.channel_scales) for p in parts], [p.out_features for p in parts],
+        [Rotation.of(p) for p in parts], [p.out_features for p in parts],
     )
 
 
@@ -67,8 +68,10 @@ def test_merged_partitions_keep_their_own_rotation_and_dedup_identical_ones(cpu_
 def test_partition_count_guard():
     prep = _merged([_paro(64, 256, 1), _paro(32, 256, 2)])
     xs = ops.rotate_all(prep, torch.randn(2, 256))
-    with pytest.raises(ValueError, match="tuple has 1 copies but the layer has 2"):
+    with pytest.raises(ValueError, match=r"rotated activations \[\[2, 256\]\] do not match the layer's 2 distinct"):
         cpu_ops._paroquant_gemm_cpu(prep, xs[:1], None, torch.float32)
+    with pytest.raises(ValueError, match="do not match"):  # a copy of the wrong K
+        cpu_ops._paroquant_gemm_cpu(prep, (xs[0], xs[1][:, :128]), None, torch.float32)
 
 
 def test_pq2_cpu_is_bit_identical_to_reference(cpu_weights):

@@ -96,8 +96,7 @@ def _main() -> None:
         os.environ["RADIANCE_PQ_I8"] = "1" if i8 else "0"
         act = "int8_group" if i8 else None
         for name, parts in cases:
-            qw, qz, sc, rots, bounds = rnd.merged(parts)
-            layer = ops.prepare(qw, qz, sc, rots, bounds)
+            layer = ops.prepare(*rnd.merged(parts))
             for m in (1, 3) if layer.k > 1024 else (1, 3, 70):  # prefill tiles on the small-K cases
                 x = torch.randn(m, layer.k, generator=gen).to(torch.float16)
                 ref = rnd.reference_merged(x, parts, act)
@@ -120,8 +119,7 @@ def _main() -> None:
                 check(f"bias {'W4A8' if i8 else 'W4A16'} {name} M={m} {ops.kind_for(layer, m)}",
                       rnd.rel(ops.forward(layer, x, bias=bias), ref), 2e-3)
     os.environ["RADIANCE_PQ_I8"] = "0"  # W4A16 prefill: the scratch path
-    qw, qz, sc, rots, bounds = rnd.merged(cases[1][1])
-    layer = ops.prepare(qw, qz, sc, rots, bounds, cap=(7, 5))
+    layer = ops.prepare(*rnd.merged(cases[1][1]), cap=(7, 5))
     x = torch.randn(70, layer.k, generator=gen).to(torch.float16)
     check("scratch+mm P2 M=70", rnd.rel(ops.forward(layer, x), rnd.reference_merged(x, cases[1][1], None)), 2e-3)
     for m in (5, 12):  # sm_75: the GEMV up to TURING_GEMV_MAX_M rows, the scratch path above
@@ -131,8 +129,9 @@ def _main() -> None:
     check("scratch+mm P2 M=70 bias", rnd.rel(ops.forward(layer, x, bias=bias),
                                             rnd.reference_merged(x, cases[1][1], None) + bias.float()), 2e-3)
     os.environ["RADIANCE_PQ_SCRATCH_ROWS"] = "128"  # the weight in pieces of 128 rows, two buffers
-    pieced = ops.prepare(qw, qz, sc, rots, bounds, cap=(7, 5))
-    assert pieced.scratch_rows == 128 and len(paro_scratch.pieces([0] + list(bounds) + [pieced.n], 128)) == 3
+    pieced = ops.prepare(*rnd.merged(cases[1][1]), cap=(7, 5))
+    bounds = [b for b in pieced.bounds if b < pieced.n]
+    assert pieced.scratch_rows == 128 and len(paro_scratch.pieces([0] + bounds + [pieced.n], 128)) == 3
     check("scratch pieces P2 M=70 bias", rnd.rel(ops.forward(pieced, x, bias=bias),
                                                 rnd.reference_merged(x, cases[1][1], None) + bias.float()), 2e-3)
     os.environ["RADIANCE_PQ_SCRATCH_ROWS"] = "0"

@@ -13,6 +13,7 @@ from radiance.kernels import reference
 from radiance.kernels.formats.paroquant import unpack_awq
 from radiance.kernels.triton import paro_gemm, paro_rotate, split_finish
 from radiance.testing import paro_random as rnd
+from radiance.kernels.linear import Run
 
 
 @pytest.fixture
@@ -149,12 +150,16 @@ def test_decode_split_fills_the_gpu_and_respects_groups(monkeypatch):
 
 def test_prepare_checks_partitions_and_boundaries(gen):
     parts = [rnd.random_layer(256, 256, gen), rnd.random_layer(128, 256, gen)]
-    qw, qz, sc, rots, _ = rnd.merged(parts)
+    qw, qz, sc, rots, runs = rnd.merged(parts)
     with pytest.raises(ValueError, match="multiple of 128"):
-        ops.prepare(qw, qz, sc, rots, [200], cap=(9, 0))
-    with pytest.raises(ValueError, match="boundaries"):
-        ops.prepare(qw, qz, sc, rots, [], cap=(9, 0))
-    layer = ops.prepare(qw, qz, sc, rots, [256], cap=(9, 0))
+        ops.prepare(qw, qz, sc, rots, [Run(0, 200, 0), Run(200, 384, 1)], cap=(9, 0))
+    with pytest.raises(ValueError, match="one run each"):
+        ops.prepare(qw, qz, sc, rots, cap=(9, 0))
+    with pytest.raises(ValueError, match="must cover the 384 output columns"):
+        ops.prepare(qw, qz, sc, rots, [Run(0, 256, 0), Run(256, 300, 1)], cap=(9, 0))
+    with pytest.raises(ValueError, match="K=128"):
+        ops.prepare(qw, qz, sc, [rots[0], rnd.rotation_of(rnd.random_layer(128, 128, gen))], runs, cap=(9, 0))
+    layer = ops.prepare(qw, qz, sc, rots, runs, cap=(9, 0))
     assert layer.bounds == (256, 1 << 30) and layer.parts == 2
     ops.check_partitions(layer, torch.zeros(2, 3, 256, dtype=torch.float16))
     with pytest.raises(ValueError, match="do not match"):  # a 1-copy stack for a 2-rotation layer

@@ -37,9 +37,9 @@ def test_rows_cover_every_m_up_to_all_m_and_both_integer_classes_above():
 
 def test_spec_of_a_prepared_layer():
     k = 256
-    rot = (torch.arange(128, dtype=torch.int16).repeat(8, 2), torch.zeros(8, k // 2, dtype=torch.float16),
-           torch.ones(1, k, dtype=torch.float16))
-    other = (rot[0], torch.full((8, k // 2), 0.5, dtype=torch.float16), rot[2])
+    rot = ops.Rotation(torch.arange(128, dtype=torch.int16).repeat(8, 2), torch.zeros(8, k // 2, dtype=torch.float16),
+                       torch.ones(1, k, dtype=torch.float16))
+    other = ops.Rotation(rot.pairs, torch.full((8, k // 2), 0.5, dtype=torch.float16), rot.channel_scales)
     n = [128, 128, 256]
     prep = ops.prepare_paroquant(torch.zeros(k, 64, dtype=torch.int32), torch.zeros(2, 64, dtype=torch.int32),
                                  torch.ones(2, 512, dtype=torch.float16), [rot, rot, other], n)

@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 
 from radiance.kernels import gpu
+from radiance.kernels.linear import Rotation
 
 GROUP = 128
 ROT32, F16G, I8G, PLAIN, ROT32P, F16GF, PLAINW = 0, 1, 2, 3, 4, 6, 7
@@ -67,17 +68,19 @@ class RotTables:
         return int(self.partner.shape[2])
 
 
-def build_tables(rotations: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], device=None) -> RotTables:
-    """rotations: per partition (pairs [krot, K] i16, theta [krot, K/2] f16, channel_scales [1, K]).
-    Partitions with fewer layers are padded with identity layers (partner = self, c = 1, s = 0)."""
-    krot = max(int(p.shape[0]) for p, _, _ in rotations)
-    k = int(rotations[0][0].shape[1])
+def build_tables(rotations: list[Rotation], device=None) -> RotTables:
+    """The distinct rotations (kernels/linear.py: pairs [krot, K] i16, theta [krot, K/2] f16,
+    channel_scales [1, K]). Rotations with fewer layers are padded with identity layers
+    (partner = self, c = 1, s = 0)."""
+    krot = max(int(r.pairs.shape[0]) for r in rotations)
+    k = int(rotations[0].pairs.shape[1])
     parts = len(rotations)
     partner = torch.arange(GROUP, dtype=torch.int32).repeat(k // GROUP).repeat(parts, krot, 1)
     cos = torch.ones(parts, krot, k, dtype=torch.float32)
     ssin = torch.zeros(parts, krot, k, dtype=torch.float32)
     cs = torch.empty(parts, k, dtype=torch.float32)
-    for p, (pairs, theta, chs) in enumerate(rotations):
+    for p, rot in enumerate(rotations):
+        pairs, theta, chs = rot.pairs, rot.theta, rot.channel_scales
         if int(pairs.shape[1]) != k:
             raise ValueError(f"partition {p}: K={int(pairs.shape[1])} differs from partition 0's K={k}")
         r = int(pairs.shape[0])
@@ -96,7 +99,7 @@ def build_tables(rotations: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]
             ssin[p, layer, i] = s[layer]
             ssin[p, layer, j] = -s[layer]
         cs[p] = chs.reshape(-1).cpu().to(torch.float32)
-    dev = device if device is not None else rotations[0][0].device
+    dev = device if device is not None else rotations[0].pairs.device
     return RotTables(partner.to(dev).contiguous(), cos.to(dev).contiguous(),
                      ssin.to(dev).contiguous(), cs.to(dev).contiguous())
 

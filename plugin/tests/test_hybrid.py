@@ -197,12 +197,13 @@ def test_four_distinct_rotations_cpu_exact_gpu_refused(vllm_dist, method, monkey
 
 def test_qwen35_layout_fits_the_gpu_limit(monkeypatch):
     """Qwen3.5's in_proj_qkvz needs two distinct rotations (qkv's, z's): within every GPU GEMM's limit."""
+    from radiance.kernels.linear import Rotation
     from radiance.plugin import params
     from radiance.plugin.layout import Layout
 
     lay = Layout(prefix=QKVZ, shard_ids=[0, 1, 2, 3], names=["qkv"] * 3 + ["z"], sizes=[KEY_DIM] * 2 + [VALUE_DIM] * 2,
                  disk_n=[KEY_DIM] * 2 + [VALUE_DIM] * 2, disk_k=H, k=H)
-    rot = [(torch.full((1, H), i // 3, dtype=torch.int16), torch.zeros(1, H // 2), torch.ones(1, H)) for i in range(4)]
+    rot = [Rotation(torch.full((1, H), i // 3, dtype=torch.int16), torch.zeros(1, H // 2), torch.ones(1, H)) for i in range(4)]
     params.check_rotation_limit(lay, "paroquant", rot, torch.device("cpu"))  # no limit on the CPU
     monkeypatch.setattr(params, "rotation_limit", lambda method, platform: 3)
     params.check_rotation_limit(lay, "paroquant", rot, torch.device("cpu"))

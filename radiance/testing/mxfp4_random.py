@@ -11,6 +11,8 @@ import torch
 from radiance.kernels import reference
 from radiance.kernels.formats.paroquant import GROUP_SIZE
 from radiance.kernels.formats.paroquant_mxfp4 import BLOCK, Mxfp4Tensors, pack_e2m1
+from radiance.kernels.linear import Rotation, Run
+from radiance.testing.paro_random import runs_of
 
 
 def random_layer(n: int, k: int, gen: torch.Generator, krot: int = 8, e_mid: int = 120, e_spread: int = 3) -> Mxfp4Tensors:
@@ -34,14 +36,10 @@ def identity_layer(codes: torch.Tensor, scale: torch.Tensor) -> Mxfp4Tensors:
                         torch.ones(1, k, dtype=torch.float16, device=codes.device))
 
 
-def merged(parts: list[Mxfp4Tensors]) -> tuple[torch.Tensor, torch.Tensor, list, list[int]]:
-    """P layers sharing K -> (weight, weight_scale, rotations, boundaries) for mxfp4_ops.prepare."""
-    bounds, n0 = [], 0
-    for t in parts[:-1]:
-        n0 += t.out_features
-        bounds.append(n0)
+def merged(parts: list[Mxfp4Tensors]) -> tuple[torch.Tensor, torch.Tensor, list[Rotation], list[Run]]:
+    """P layers sharing K -> (weight, weight_scale, rotations, runs) for mxfp4_ops.prepare."""
     return (torch.cat([t.weight for t in parts]), torch.cat([t.weight_scale for t in parts]),
-            [(t.pairs, t.theta, t.channel_scales) for t in parts], bounds)
+            [Rotation.of(t) for t in parts], runs_of([t.out_features for t in parts]))
 
 
 def reference_merged(x: torch.Tensor, parts: list[Mxfp4Tensors], act: str | None = None) -> torch.Tensor:

@@ -9,6 +9,7 @@ import torch
 
 from radiance.kernels import reference
 from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors, pack_awq
+from radiance.kernels.linear import Rotation, Run
 
 
 def random_layer(n: int, k: int, gen: torch.Generator, krot: int = 8) -> ParoTensors:
@@ -25,18 +26,23 @@ def random_layer(n: int, k: int, gen: torch.Generator, krot: int = 8) -> ParoTen
     return ParoTensors(pack_awq(codes), pack_awq(zeros), scales, pairs, theta, cs)
 
 
-def rotation_of(t: ParoTensors):
-    return (t.pairs, t.theta, t.channel_scales)
+def rotation_of(t: ParoTensors) -> Rotation:
+    return Rotation.of(t)
 
 
-def merged(parts: list[ParoTensors]) -> tuple[list, list, list, list, list[int]]:
-    """P layers sharing K -> (qweights, qzeros, scales, rotations, boundaries) for paro_ops.prepare."""
-    bounds, n0 = [], 0
-    for t in parts[:-1]:
-        n0 += t.out_features
-        bounds.append(n0)
+def runs_of(sizes: list[int]) -> list[Run]:
+    """One run per partition of these sizes (distinct rotations, as random layers have), in column order."""
+    runs, n0 = [], 0
+    for i, size in enumerate(sizes):
+        runs.append(Run(n0, n0 + size, i))
+        n0 += size
+    return runs
+
+
+def merged(parts: list[ParoTensors]) -> tuple[list, list, list, list[Rotation], list[Run]]:
+    """P layers sharing K -> (qweights, qzeros, scales, rotations, runs) for paro_ops.prepare."""
     return ([t.qweight for t in parts], [t.qzeros for t in parts], [t.scales for t in parts],
-            [rotation_of(t) for t in parts], bounds)
+            [Rotation.of(t) for t in parts], runs_of([t.out_features for t in parts]))
 
 
 def reference_merged(x: torch.Tensor, parts: list[ParoTensors], act: str | None) -> torch.Tensor:

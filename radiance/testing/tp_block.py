@@ -57,7 +57,7 @@ def _prepare(method: str, parts: list, device: torch.device) -> ops.PreparedLine
     return ops.prepare_paroquant(
         torch.cat([p.qweight for p in parts], 1).to(device), torch.cat([p.qzeros for p in parts], 1).to(device),
         torch.cat([p.scales for p in parts], 1).to(device),
-        [(p.pairs.to(device), p.theta.to(device), p.channel_scales.to(device)) for p in parts],
+        [ops.Rotation(p.pairs.to(device), p.theta.to(device), p.channel_scales.to(device)) for p in parts],
         [p.out_features for p in parts],
     )
 

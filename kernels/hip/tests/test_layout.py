@@ -66,9 +66,9 @@ def test_merged_linear_dedups_adjacent_rotations_and_selects_by_boundary():
 
 
 def test_prepare_refuses_what_the_gemm_cannot_take():
-    with pytest.raises(FormatError, match="multiples of 32"):
+    with pytest.raises(FormatError, match="boundary 16 must be a multiple of 32"):
         prepare([_layer(16, 128, 9), _layer(32, 128, 10)])
-    with pytest.raises(FormatError, match="at most 3"):
+    with pytest.raises(FormatError, match="takes 1..3 rotations"):
         prepare([_layer(32, 128, s) for s in range(11, 15)])
     with pytest.raises(FormatError, match="share K"):
         prepare([_layer(32, 128, 15), _layer(32, 256, 16)])
@@ -83,9 +83,8 @@ def test_dispatch_row_prepares_merged_runs_like_prepare():
     v.pairs, v.theta, v.channel_scales = k_.pairs, k_.theta, k_.channel_scales
     parts = [q, k_, v]
     cat = [torch.cat([getattr(t, f) for t in parts], dim=1) for f in ("qweight", "qzeros", "scales")]
-    rots = [(t.pairs, t.theta, t.channel_scales) for t in parts]
-    lin = kops.prepare_paroquant(*cat, rots, [128, 64, 64])
-    kops._paroquant_rocm_prepare(lin, ParoTensors(*cat, *rots[0]))
+    lin = kops.prepare_paroquant(*cat, [kops.Rotation.of(t) for t in parts], [128, 64, 64])
+    kops._paroquant_rocm_prepare(lin, ParoTensors(*cat, q.pairs, q.theta, q.channel_scales))
     prep = lin.data["hip"]
     assert prep.rotations == 2 and prep.pb1 == 128
     x = torch.randn(4, 256, generator=torch.Generator().manual_seed(23))
