@@ -21,6 +21,7 @@ from radiance.kernels.cpu_ops import CPU
 from radiance.kernels.formats.paroquant import ParoTensors
 from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
 from radiance.kernels.formats.pq2 import Pq2Tensors
+from radiance.kernels.hip import mxfp4 as hip_mxfp4
 from radiance.kernels.linear import (  # noqa: F401 -- re-exported: callers say ops.PreparedLinear
     KernelFn, PreparedLinear, Rotation, Run, check_partitions, dedup_rotations, platform_of, rotate_all)
 from radiance.knobs import knob
@@ -183,5 +184,6 @@ PLATFORMS: dict[str, dict[str, tuple[Callable, KernelFn]]] = {
     "cpu": CPU,
     "cuda": {"paroquant": (_paroquant_cuda_prepare, _paroquant_cuda), "pq2": (_pq2_cuda_prepare, _pq2_cuda),
              "paroquant_mxfp4": (_mxfp4_cuda_prepare, _mxfp4_cuda), "dense": (_dense_cuda_prepare, _dense_cuda)},
-    "rocm": {"paroquant": (_paroquant_rocm_prepare, _paroquant_rocm), "dense": (_dense_rocm_prepare, _dense_rocm)},
+    "rocm": {"paroquant": (_paroquant_rocm_prepare, _paroquant_rocm),
+             "paroquant_mxfp4": (hip_mxfp4.prepare, hip_mxfp4.forward), "dense": (_dense_rocm_prepare, _dense_rocm)},
 }

@@ -116,6 +116,7 @@ _GPU_ROTATION_LIMITS = {
     ("paroquant", "cuda"): ("radiance.kernels.paro_ops", "MAX_PARTS"),
     ("paroquant", "rocm"): ("radiance.kernels.hip.layout", "MAX_ROTATIONS"),
     ("paroquant_mxfp4", "cuda"): ("radiance.kernels.mxfp4_ops", "MAX_PARTS"),
+    ("paroquant_mxfp4", "rocm"): ("radiance.kernels.hip.mxfp4", "MAX_ROTATIONS"),
 }
 
 

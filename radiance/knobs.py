@@ -58,7 +58,7 @@ KNOBS: dict[str, Knob] = {
         Knob("RADIANCE_PQ_HIPCC_FLAGS", None, False,
              "Extra compiler flags for the gfx1201 kernel build (e.g. `-O2`, `-save-temps`); part of the kernel-cache key."),
         Knob("RADIANCE_PQ_WPERM", "1", False,
-             "gfx1201 paroquant weight layout: `1` WMMA fragment order, `0` plain `[N, K/8]` words. Compiled into the kernels (`-DPQ_WPERM`), so it keys the kernel build; the loader refuses a library built the other way."),
+             "gfx1201 weight layout (paroquant int4 and MXFP4 codes): `1` WMMA fragment order, `0` plain `[N, K/8]` words. Compiled into the kernels (`-DPQ_WPERM`), so it keys the kernel build; the loader refuses a library built the other way."),
         Knob("RADIANCE_KERNEL_DIR", None, False,
              "Set by `radiance-launch` for vLLM on gfx1201: the directory holding the HIP library built for this device (unset elsewhere: NVIDIA kernels live in `TRITON_CACHE_DIR`)."),
         Knob("RADIANCE_PQ_ROT_STREAM", "0", True,

@@ -4,7 +4,7 @@ _paroquant_rocm).
 
 `prepare` lays the merged weight out for pq_mxfp4_gemm.hip (mxfp4_layout.prepare_merged: the fold, or
 the per-block kernels where a layer leaves the fold's window) with the layer's distinct rotations
-and the first column of each rotated copy after the first (`prep.runs[i].n0`). `forward` is one
+and their runs (kernels/linear.py; the column select checked by layout.rotation_layout). `forward` is one
 custom op: pq_rotate_quant (per-group scales in the decode band, per-token above) + the GEMM.
 """
 
@@ -24,14 +24,8 @@ MAX_ROTATIONS = layout.MAX_ROTATIONS  # the distinct rotations one GEMM takes (p
 def prepare(prep: PreparedLinear, t: Mxfp4Tensors) -> None:
     """`t` holds the merged weight / weight_scale (the rotation fields are partition 0's: the
     distinct rotations come from prep.rotations). RADIANCE_PQ_WPERM must match the built library."""
-    rotations = [(r.pairs, r.theta, r.channel_scales) for r in prep.rotations]
-    if [run.rotation for run in prep.runs] != list(range(len(rotations))):
-        raise ValueError(f"radiance: {len(prep.runs)} runs for {len(rotations)} distinct rotations "
-                         f"(runs {[(r.n0, r.n1, r.rotation) for r in prep.runs]}); the HIP GEMM selects the rotation "
-                         "by column: run i must use rotation i")
-    bounds = [run.n0 for run in prep.runs[1:]]
     prep.data[KEY] = mxfp4_layout.prepare_merged(  # type: ignore[assignment]
-        t.weight, t.weight_scale, rotations, bounds, wperm=knob("RADIANCE_PQ_WPERM") == "1")
+        t.weight, t.weight_scale, prep.rotations, prep.runs, wperm=knob("RADIANCE_PQ_WPERM") == "1")
 
 
 def forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -27,8 +27,8 @@ import torch
 from radiance.kernels.formats import FormatError
 from radiance.kernels.formats.paroquant_mxfp4 import BLOCK, E8M0_BIAS, E8M0_NAN, Mxfp4Tensors, unpack_e2m1, validate
 from radiance.kernels.hip.layout import (
-    BOUNDARY_MULTIPLE, MAX_ROTATIONS, NO_BOUNDARY, from_fragment_order, pack_words, rotation_records,
-    to_fragment_order, unpack_words)
+    from_fragment_order, pack_words, rotation_layout, to_fragment_order, unpack_words)
+from radiance.kernels.linear import Rotation, Run, dedup_rotations
 
 GROUP = 128
 BLOCKS_PER_GROUP = GROUP // BLOCK
@@ -85,11 +85,6 @@ def _group_words(per_block_bytes: torch.Tensor) -> torch.Tensor:
     return words.t().contiguous()
 
 
-def _same_rotation(a: Mxfp4Tensors, b: Mxfp4Tensors) -> bool:
-    return (torch.equal(a.pairs, b.pairs) and torch.equal(a.theta, b.theta)
-            and torch.equal(a.channel_scales, b.channel_scales))
-
-
 def prepare(parts: Sequence[Mxfp4Tensors], layer: str = "linear", wperm: bool = True,
             per_block: bool | None = None) -> PreparedMxfp4:
     """Repack one linear (or the partitions of a merged linear, in output order) for the kernels."""
@@ -102,24 +97,16 @@ def prepare(parts: Sequence[Mxfp4Tensors], layer: str = "linear", wperm: bool = 
         if t.in_features != k or int(t.pairs.shape[0]) != krot:
             raise FormatError(f"{layer}[{i}]: partitions must share K={k} and krot={krot}, "
                               f"got K={t.in_features} krot={int(t.pairs.shape[0])}")
-    reps: list[Mxfp4Tensors] = []
-    starts: list[int] = []
-    col = 0
-    for t in parts:
-        if not reps or not _same_rotation(reps[-1], t):
-            reps.append(t)
-            starts.append(col)
-        col += t.out_features
+    distinct, runs = dedup_rotations([Rotation.of(t) for t in parts], [t.out_features for t in parts])
     return prepare_merged(torch.cat([t.weight for t in parts]), torch.cat([t.weight_scale for t in parts]),
-                          [(r.pairs, r.theta, r.channel_scales) for r in reps], starts[1:], layer=layer,
-                          wperm=wperm, per_block=per_block)
+                          distinct, runs, layer=layer, wperm=wperm, per_block=per_block)
 
 
-def prepare_merged(weight: torch.Tensor, weight_scale: torch.Tensor,
-                   rotations: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], boundaries: Sequence[int],
-                   layer: str = "linear", wperm: bool = True, per_block: bool | None = None) -> PreparedMxfp4:
+def prepare_merged(weight: torch.Tensor, weight_scale: torch.Tensor, rotations: Sequence[Rotation],
+                   runs: Sequence[Run], layer: str = "linear", wperm: bool = True,
+                   per_block: bool | None = None) -> PreparedMxfp4:
     """weight [N, K/2] u8 / weight_scale [N, K/32] u8 concatenated along N, the distinct rotations
-    (pairs, theta, channel_scales) in column order and the columns where rotations 1, 2 start.
+    in column order and their runs of output columns (kernels/linear.py).
     per_block: None = the fold wherever it holds; True forces the per-block kernels; False refuses
     a layer the fold cannot hold."""
     if weight.dim() != 2 or weight.dtype != torch.uint8 or weight_scale.dtype != torch.uint8:
@@ -128,20 +115,9 @@ def prepare_merged(weight: torch.Tensor, weight_scale: torch.Tensor,
     n, k = int(weight.shape[0]), int(weight.shape[1]) * 2
     if tuple(weight_scale.shape) != (n, k // BLOCK):
         raise FormatError(f"{layer}: weight_scale must be [N, K/32] = [{n}, {k // BLOCK}], got {list(weight_scale.shape)}")
-    krot = int(rotations[0][0].shape[0]) if rotations else 0
-    if not 1 <= len(rotations) <= MAX_ROTATIONS or len(boundaries) != len(rotations) - 1:
-        raise FormatError(f"{layer}: {len(rotations)} distinct rotations with boundaries {list(boundaries)}; the "
-                          f"GEMM takes 1 to at most {MAX_ROTATIONS}, one boundary fewer than rotations")
-    if k % GROUP or any(int(p.shape[0]) != krot or int(p.shape[1]) != k for p, _, _ in rotations):
-        raise FormatError(f"{layer}: K={k} must be a multiple of {GROUP} and every rotation [krot={krot}, K]")
-    bad = [b for b in boundaries if b % BOUNDARY_MULTIPLE or not 0 < b < n]
-    if bad or n % 16 or list(boundaries) != sorted(boundaries):
-        raise FormatError(f"{layer}: rotation boundaries {list(boundaries)} must be increasing multiples of "
-                          f"{BOUNDARY_MULTIPLE} inside N={n}, and N a multiple of 16 (pad the layer to whole "
-                          "16-column tiles)")
+    rot = rotation_layout(rotations, runs, n, k, layer)
     if bool((weight_scale == E8M0_NAN).any()):
         raise FormatError(f"{layer}.weight_scale: holds the e8m0 NaN ({E8M0_NAN})")
-    bounds = list(boundaries) + [NO_BOUNDARY] * (MAX_ROTATIONS - 1 - len(boundaries))
 
     r, d, live = fold(weight, weight_scale)
     holds = bool((d[live] >= FOLD_DMIN).all())
@@ -159,10 +135,8 @@ def prepare_merged(weight: torch.Tensor, weight_scale: torch.Tensor,
         rsc = torch.exp2((r - E8M0_BIAS).to(torch.float64)).to(torch.float32)
     words = pack_words(unpack_e2m1(weight))
     wq = to_fragment_order(words) if wperm else words
-    cs = torch.stack([c.reshape(-1).to(torch.float32) for _, _, c in rotations]).contiguous()
-    rec = torch.stack([rotation_records(p, t) for p, t, _ in rotations]).contiguous()
-    return PreparedMxfp4(wq=wq.contiguous(), ex=ex, rsc=rsc.contiguous(), cs=cs, rec=rec, krot=krot,
-                         in_features=k, out_features=n, pb1=bounds[0], pb2=bounds[1], wperm=wperm,
+    return PreparedMxfp4(wq=wq.contiguous(), ex=ex, rsc=rsc.contiguous(), cs=rot.cs, rec=rot.rec, krot=rot.krot,
+                         in_features=k, out_features=n, pb1=rot.pb1, pb2=rot.pb2, wperm=wperm,
                          per_block=use_block)
 
 

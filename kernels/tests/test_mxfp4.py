@@ -116,8 +116,9 @@ def test_folded_cpu_row_matches_the_reference(dtype, mode, monkeypatch):
         assert y.dtype == dtype and _rel(y, want) < FOLDED_REL[dtype]
 
 
-def test_no_gfx1201_kernel_yet_is_an_error_that_names_the_method():
+def test_gfx1201_row_prepares_the_hip_layout():
+    """kernels/ops.py's ("paroquant_mxfp4", "rocm") row: the HIP layout (kernels/hip/mxfp4.py), planned
+    on CPU tensors (what the plugin hands it on an R9700)."""
     t = _mx(32, 256, 0)
-    with pytest.raises(NotImplementedError, match="method=paroquant_mxfp4 on platform=rocm"):
-        ops.prepare_paroquant_mxfp4(t.weight, t.weight_scale, [Rotation.of(t)], [32],
-                                    platform="rocm")
+    prep = ops.prepare_paroquant_mxfp4(t.weight, t.weight_scale, [Rotation.of(t)], [32], platform="rocm")
+    assert prep.data["hip_mxfp4"].out_features == 32

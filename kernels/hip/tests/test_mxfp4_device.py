@@ -133,8 +133,6 @@ def test_wide_exponent_spread_takes_the_per_block_kernels(lib, m):
 
 def test_platform_forward_with_bias(lib, monkeypatch):
     """kernels/hip/mxfp4.py's prepare/forward pair on the plugin's PreparedLinear."""
-    from radiance.kernels import reference
-    from radiance.kernels.formats.paroquant import GROUP_SIZE
     from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
     from radiance.kernels.hip import mxfp4, ops
     from radiance.kernels.linear import PreparedLinear, Rotation, dedup_rotations
@@ -142,13 +140,11 @@ def test_platform_forward_with_bias(lib, monkeypatch):
     monkeypatch.setenv("RADIANCE_PQ_WPERM", "1" if lib.wperm else "0")  # the layout the entry prepares
     ops.set_library(lib.path)
     parts = _parts([128, 64, 64], 512, 8)
-    rots = [(t.pairs, t.theta, t.channel_scales) for t in parts]
-    distinct, runs = dedup_rotations(rots, [t.out_features for t in parts])
-    lin = PreparedLinear("paroquant_mxfp4", "rocm", 512, 256, runs=runs)
-    for p, th, cs in distinct:
-        lin.rotations.append(Rotation(p, th, cs, reference.rotation_plan(p, th, GROUP_SIZE, torch.float32)))
+    distinct, runs = dedup_rotations([Rotation.of(t) for t in parts], [t.out_features for t in parts])
+    lin = PreparedLinear("paroquant_mxfp4", "rocm", 512, 256, rotations=distinct, runs=runs)
+    r = distinct[0]
     mxfp4.prepare(lin, Mxfp4Tensors(torch.cat([t.weight for t in parts]), torch.cat([t.weight_scale for t in parts]),
-                                    *distinct[0]))
+                                    r.pairs, r.theta, r.channel_scales))
     bias = torch.randn(256, device=DEV)
     for m in (3, 90):
         x = torch.randn(m, 512, device=DEV).to(torch.bfloat16)

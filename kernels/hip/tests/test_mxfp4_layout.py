@@ -15,8 +15,9 @@ from radiance.kernels.formats import FormatError
 from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors, pack_e2m1, unpack_e2m1
 from radiance.kernels.hip import emulate, mxfp4_emulate
 from radiance.kernels.hip.mxfp4_layout import FOLD_DMIN, FOLD_TOP, fold_holds, prepare, prepare_merged, weight_codes
+from radiance.kernels.linear import Rotation
 from radiance.testing.mxfp4_random import random_layer, reference_merged
-from radiance.testing.paro_random import rel
+from radiance.testing.paro_random import rel, runs_of
 
 TOL = 1e-5  # fp32 summation order only (module docstring)
 
@@ -103,7 +104,7 @@ def test_three_rotations_through_prepare_merged():
     parts = [_layer(96, 384, 11), _layer(64, 384, 12), _layer(48, 384, 13)]
     w = torch.cat([t.weight for t in parts])
     s = torch.cat([t.weight_scale for t in parts])
-    prep = prepare_merged(w, s, [(t.pairs, t.theta, t.channel_scales) for t in parts], [96, 160])
+    prep = prepare_merged(w, s, [Rotation.of(t) for t in parts], runs_of([96, 64, 48]))
     assert prep.rotations == 3 and (prep.pb1, prep.pb2) == (96, 160)
     x = torch.randn(9, 384, generator=torch.Generator().manual_seed(14))
     a, asr = emulate.rotate_quant(x, prep, per_token=False)
@@ -139,9 +140,9 @@ def test_zero_blocks_and_zero_columns_do_not_break_the_fold():
 
 
 def test_prepare_refuses_what_the_gemm_cannot_take():
-    with pytest.raises(FormatError, match="multiples of 32"):
+    with pytest.raises(FormatError, match="boundary 16 must be a multiple of 32"):
         prepare([_layer(16, 128, 20), _layer(32, 128, 21)])
-    with pytest.raises(FormatError, match="at most 3"):
+    with pytest.raises(FormatError, match="takes 1..3 rotations"):
         prepare([_layer(32, 128, s) for s in range(22, 26)])
     with pytest.raises(FormatError, match="share K"):
         prepare([_layer(32, 128, 26), _layer(32, 256, 27)])
@@ -152,4 +153,4 @@ def test_prepare_refuses_what_the_gemm_cannot_take():
     bad = t.weight_scale.clone()
     bad[3, 1] = 255
     with pytest.raises(FormatError, match="NaN"):
-        prepare_merged(t.weight, bad, [(t.pairs, t.theta, t.channel_scales)], [])
+        prepare_merged(t.weight, bad, [Rotation.of(t)], runs_of([32]))

@@ -11,8 +11,6 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from radiance.kernels import reference
-from radiance.kernels.formats.paroquant import GROUP_SIZE
 from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
 from radiance.kernels.hip import emulate, mxfp4, mxfp4_emulate
 from radiance.kernels.hip import lib as pqlib
@@ -31,13 +29,11 @@ def _parts(widths, k, seed):
 def _linear(parts: list[Mxfp4Tensors]) -> tuple[PreparedLinear, Mxfp4Tensors]:
     """What kernels/ops.py's prepare_paroquant_mxfp4 hands a platform: the merged tensors, the
     distinct rotations and their runs."""
-    rots = [(t.pairs, t.theta, t.channel_scales) for t in parts]
-    distinct, runs = dedup_rotations(rots, [t.out_features for t in parts])
+    distinct, runs = dedup_rotations([Rotation.of(t) for t in parts], [t.out_features for t in parts])
     w, s = torch.cat([t.weight for t in parts]), torch.cat([t.weight_scale for t in parts])
-    prep = PreparedLinear("paroquant_mxfp4", "rocm", parts[0].in_features, int(w.shape[0]), runs=runs)
-    for p, th, cs in distinct:
-        prep.rotations.append(Rotation(p, th, cs, reference.rotation_plan(p, th, GROUP_SIZE, torch.float32)))
-    return prep, Mxfp4Tensors(w, s, *distinct[0])
+    prep = PreparedLinear("paroquant_mxfp4", "rocm", parts[0].in_features, int(w.shape[0]), rotations=distinct, runs=runs)
+    r = distinct[0]
+    return prep, Mxfp4Tensors(w, s, r.pairs, r.theta, r.channel_scales)
 
 
 def test_platform_prepare_merges_runs_like_the_plugin():
@@ -56,7 +52,7 @@ def test_platform_prepare_merges_runs_like_the_plugin():
 
 def test_platform_prepare_refuses_an_unaligned_boundary():
     lin, t = _linear(_parts([48, 32], 128, 2))
-    with pytest.raises(ValueError, match="multiples of 32"):
+    with pytest.raises(ValueError, match="boundary 48 must be a multiple of 32"):
         mxfp4.prepare(lin, t)
 
 
