@@ -30,7 +30,7 @@ from filelock import FileLock
 
 from radiance import atomic
 from radiance.kernels.linear_spec import NO_GPU, LinearSpec, specs_json
-from radiance.stack import vendor
+from radiance.arch import vendor
 
 KERNELS_DIR = Path(__file__).resolve().parent
 MANIFEST = "manifest.json"

@@ -17,21 +17,11 @@ import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from radiance import paths
+from radiance.arch import vendor  # noqa: F401 -- re-exported: the schema's callers say stack.vendor
 from radiance.knobs import KNOBS, knob
 
 Arch = Literal["cpu", "gfx1201", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"]
 Runtime = Literal["podman", "native"]
-
-
-def vendor(arch: str) -> str:
-    """The one arch map: `cpu`, `rocm` (AMD gfx targets) or `nvidia` (sm_XY)."""
-    if arch == "cpu":
-        return "cpu"
-    if arch.startswith("gfx"):
-        return "rocm"
-    if arch.startswith("sm_"):
-        return "nvidia"
-    raise ValueError(f"arch {arch!r}: expected cpu, an AMD gfx target or an NVIDIA sm_XY (e.g. gfx1201, sm_86)")
 
 
 QuantMethod = Literal["paroquant", "pq2", "paroquant_mxfp4", "none", "awq", "awq_marlin"]

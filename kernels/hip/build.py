@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from radiance.knobs import knob
-from radiance.stack import vendor
+from radiance.arch import vendor
 
 SRC_DIR = Path(__file__).resolve().parent
 # -DPQ_NO_GPU_INCLUDES: the kernels spell their own attributes (no HIP headers with -nogpuinc)

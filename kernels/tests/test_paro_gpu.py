@@ -210,8 +210,9 @@ def test_wgmma_prefill_band_on_sm90(gen, monkeypatch):
     layer = _prepare(parts, False)
     assert ops.kind_for(layer, ops.WGMMA_MAX_M) == "wgmma" and ops.kind_for(layer, ops.WGMMA_MAX_M + 1) == "scratch"
     bias = torch.randn(9216, device="cuda", dtype=torch.bfloat16)
-    for m in (65, 128, 129, 256, 257):
-        assert ops.tile_for(layer, m).kind == "wgmma"
+    for m in (65, 128, 129, 256, 257):  # 257: the scratch path
+        if m <= ops.WGMMA_MAX_M:
+            assert ops.tile_for(layer, m).kind == "wgmma"
         x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
         ref = rnd.reference_merged(x, parts, None)
         assert rnd.rel(ops.forward(layer, x), ref) <= 2e-3, f"M={m}"
