@@ -28,10 +28,10 @@ from radiance.kernels.linear import MAX_ROTATIONS, Rotation, Run, dedup_rotation
 BOUNDARY_MULTIPLE = 32
 
 
-@dataclass
-class PreparedParo:
-    wq: torch.Tensor
-    sz: torch.Tensor
+@dataclass(kw_only=True)
+class PreparedHip:
+    """What every HIP GEMM reads besides its weights: the rotations (`rotation_layout`) and the shape."""
+
     cs: torch.Tensor
     rec: torch.Tensor
     krot: int
@@ -44,6 +44,12 @@ class PreparedParo:
     @property
     def rotations(self) -> int:
         return int(self.cs.shape[0])
+
+
+@dataclass(kw_only=True)
+class PreparedParo(PreparedHip):
+    wq: torch.Tensor
+    sz: torch.Tensor
 
 
 def pack_words(codes_nk: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ import torch
 from radiance.kernels.formats import FormatError
 from radiance.kernels.formats.paroquant_mxfp4 import BLOCK, E8M0_BIAS, E8M0_NAN, Mxfp4Tensors, unpack_e2m1, validate
 from radiance.kernels.hip.layout import (
-    from_fragment_order, pack_words, rotation_layout, to_fragment_order, unpack_words)
+    PreparedHip, from_fragment_order, pack_words, rotation_layout, to_fragment_order, unpack_words)
 from radiance.kernels.linear import Rotation, Run, dedup_rotations
 
 GROUP = 128
@@ -37,24 +37,12 @@ FOLD_DMIN = -5  # 0.5 * 2^-5 = 2^-6, e4m3's smallest normal (pq_e2m1.h's PQ_E2M1
 O8_UNIT = 8 * (0 - FOLD_DMIN)  # o8 of d = 0 (pq_e2m1.h's PQ_E2M1_O8_UNIT)
 
 
-@dataclass
-class PreparedMxfp4:
+@dataclass(kw_only=True)
+class PreparedMxfp4(PreparedHip):
     wq: torch.Tensor
     ex: torch.Tensor
     rsc: torch.Tensor
-    cs: torch.Tensor
-    rec: torch.Tensor
-    krot: int
-    in_features: int
-    out_features: int
-    pb1: int
-    pb2: int
-    wperm: bool
     per_block: bool
-
-    @property
-    def rotations(self) -> int:
-        return int(self.cs.shape[0])
 
 
 def fold(weight: torch.Tensor, weight_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -38,3 +38,26 @@ def replayed(call, replays: int = 3):
         g.replay()
     torch.cuda.synchronize()
     return y
+
+
+def replayed_on_new_input(call, x, new):
+    """(eager output on x, the output of a CUDA graph of `call` replayed after x.copy_(new), eager
+    output on the new x). The graph is captured after a warm-up on a side stream, as vLLM captures;
+    a kernel that launched off the capture stream or baked an allocation into the graph shows as
+    replayed != eager-on-new, one that ignored its input as replayed == the first eager output."""
+    import torch
+
+    eager = call()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = call()
+    x.copy_(new)
+    graph.replay()
+    torch.cuda.synchronize()
+    return eager, y, call()
+

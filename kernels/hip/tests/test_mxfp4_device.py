@@ -11,15 +11,11 @@ PQ_HIP_TEST_LIB / PQ_HIP_TEST_LIB_WPERM0: prebuilt libraries (same sources, nvcc
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 import torch
 
 from radiance.kernels.hip import lib as pqlib
 from radiance.kernels.hip import mxfp4_emulate
-from radiance.kernels.hip.build import SRC_DIR, compile_hip
 from radiance.kernels.hip.mxfp4_layout import prepare
 from radiance.testing.mxfp4_random import random_layer, reference_merged
 from radiance.testing.paro_random import rel
@@ -28,21 +24,6 @@ pytestmark = pytest.mark.gpu
 DEV = "cuda"
 TOL = 2e-3  # against the reference (bf16 out vs the reference rounded to bf16; f16 out vs exact fp32)
 TOL_EMULATED = 1e-3  # f16 out against the torch model fed the kernel's own codes
-
-
-def _build(tmp: Path, wperm: int) -> Path:
-    env = os.environ.get("PQ_HIP_TEST_LIB" if wperm else "PQ_HIP_TEST_LIB_WPERM0")
-    if env and Path(env).exists():
-        return Path(env)
-    major, minor = torch.cuda.get_device_capability()
-    out = tmp / f"pq_wperm{wperm}.so"
-    compile_hip(SRC_DIR, f"sm_{major}{minor}", [f"-DPQ_WPERM={wperm}"], out)
-    return out
-
-
-@pytest.fixture(scope="module", params=[1, 0], ids=["wperm1", "wperm0"])
-def lib(request, tmp_path_factory) -> pqlib.PqLib:
-    return pqlib.load(_build(tmp_path_factory.mktemp("pq"), request.param))
 
 
 def _parts(widths, k, seed, krot=8, e_spread=3):
@@ -159,22 +140,13 @@ def test_custom_op_replays_under_cuda_graph(lib, m):
     """torch.ops.radiance_hip.paroquant_mxfp4_linear: a CUDA-graph replay on new input equals eager
     (launches land on the capture stream, split-K scratch comes from torch's allocator)."""
     from radiance.kernels.hip import ops
+    from radiance.testing.graphs import replayed_on_new_input
 
     ops.set_library(lib.path)
     parts, prep = _case(lib, 4, False)
     x = torch.randn(m, 896, device=DEV).to(torch.bfloat16)
-    eager = torch.ops.radiance_hip.paroquant_mxfp4_linear(x, *ops.mxfp4_op_args(prep))
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        torch.ops.radiance_hip.paroquant_mxfp4_linear(x, *ops.mxfp4_op_args(prep))
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y = torch.ops.radiance_hip.paroquant_mxfp4_linear(x, *ops.mxfp4_op_args(prep))
-    x.copy_(torch.randn(m, 896, device=DEV).to(torch.bfloat16))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(y, torch.ops.radiance_hip.paroquant_mxfp4_linear(x, *ops.mxfp4_op_args(prep)))
-    assert not torch.equal(y, eager)
+    eager, y, again = replayed_on_new_input(
+        lambda: torch.ops.radiance_hip.paroquant_mxfp4_linear(x, *ops.mxfp4_op_args(prep)), x,
+        torch.randn(m, 896, device=DEV).to(torch.bfloat16))
+    assert torch.equal(y, again) and not torch.equal(y, eager)
     assert rel(y, reference_merged(x, parts, _act(m > 64)).to(torch.bfloat16)) <= TOL
