@@ -150,11 +150,12 @@ def check_copies(what: str, parts: int, k: int, copies) -> None:
     stack, or a tuple of P [M, K] copies) must match the layer's P distinct rotations exactly. On a
     GPU a short stack makes the GEMM, which picks a copy by column block, read past the activation
     buffer (a hang, not a fault)."""
-    shapes = [list(copies.shape)] if isinstance(copies, torch.Tensor) else [list(c.shape) for c in copies]
-    stacked = isinstance(copies, torch.Tensor) and copies.dim() == 3
-    ok = (stacked and shapes[0][0] == parts and shapes[0][2] == k) or \
-        (not isinstance(copies, torch.Tensor) and len(shapes) == parts and all(len(s) == 2 and s[1] == k for s in shapes))
+    if isinstance(copies, torch.Tensor):
+        ok = copies.dim() == 3 and copies.shape[0] == parts and copies.shape[2] == k
+    else:
+        ok = len(copies) == parts and all(c.dim() == 2 and c.shape[1] == k for c in copies)
     if not ok:
+        shapes = [list(copies.shape)] if isinstance(copies, torch.Tensor) else [list(c.shape) for c in copies]
         raise ValueError(f"{what}: rotated activations {shapes} do not match the layer's {parts} distinct "
                          f"rotations of K={k} ([P, M, K] stack or P copies [M, K])")
 

@@ -30,13 +30,13 @@ A merged layer (P rotated copies) halves BN until every partition boundary is a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 import triton
 
 from radiance.kernels import gpu, registry
-from radiance.kernels.linear import MAX_ROTATIONS, NO_COLUMN, Rotation, Run, check_copies, kernel_bounds, single_run
+from radiance.kernels.linear import MAX_ROTATIONS, Rotation, Run, kernel_bounds, single_run
 from radiance.kernels.paro_table import SMEM_LIMIT, smem_limit  # noqa: F401 -- the cards' limits, one home
 from radiance.kernels.paro_table import fit_tile as paro_fit_tile
 from radiance.kernels.registry import ROWS_MAX, KernelSpec, Target
@@ -90,29 +90,15 @@ def reserve_scratch(device: torch.device, part_elems: int, cnt_elems: int = 1 <<
     return s
 
 
-@dataclass
-class Mxfp4Layer:
+@dataclass(kw_only=True)
+class Mxfp4Layer(paro_rotate.RotatedLayer):
     """One prepared paroquant_mxfp4 linear (P <= 3 distinct rotations merged along N)."""
 
     wb: torch.Tensor  # [K/64, N, 32] uint8 (mxfp4_gemm.repack)
     ex: torch.Tensor  # [K/32, N] uint8, per (block, column): the multiplier's exponent field (or e8m0)
     rsc: torch.Tensor  # [N] fp32, the column's power of two (1 with per_block)
-    tables: paro_rotate.RotTables
-    bounds: tuple[int, int]  # first column of rotated copy 1 and 2 (linear.kernel_bounds)
-    n: int
-    k: int
-    cap: tuple[int, int]
-    sms: int
-    decode_max_m: int
-    kernels: registry.Plan  # rows -> kernel (KERNELS), chosen at prepare
     per_block: bool  # e8m0 scales applied per K = 32 partial dot (mxfp4_gemm: the fold's window does not hold)
     fp8: bool = False  # W4A8: e4m3 activations per (row, 128-group), sm_89+
-    bias: torch.Tensor | None = None
-    tiles: dict = field(default_factory=dict)
-
-    @property
-    def parts(self) -> int:
-        return self.tables.parts
 
 
 def smem_bytes(t: Tile, act_bytes: int = 2) -> int:
@@ -205,9 +191,9 @@ def prepare(weight: torch.Tensor, weight_scale: torch.Tensor, rotations: list[Ro
     wb, ex, rsc, pb = mxfp4_gemm.repack(weight, weight_scale, fp8, per_block)
     target = Target("paroquant_mxfp4", "cuda", n, k, cap, interpret=interpreting(),
                     decode_max_m=knob_int("RADIANCE_PQ_DECODE_MAX_M"))
-    layer = Mxfp4Layer(wb.to(device), ex.to(device), rsc.to(device), paro_rotate.build_tables(rotations, device),
-                       bounds, n, k, cap, sms, target.decode_max_m,
-                       registry.choose(KERNELS, target), pb, fp8, bias)
+    layer = Mxfp4Layer(wb=wb.to(device), ex=ex.to(device), rsc=rsc.to(device), tables=paro_rotate.build_tables(rotations, device),
+                       bounds=bounds, n=n, k=k, cap=cap, sms=sms, decode_max_m=target.decode_max_m,
+                       kernels=registry.choose(KERNELS, target), per_block=pb, fp8=fp8, bias=bias)
     # tickets: one per output tile of a split-K launch (decode: <= 4 row blocks of BN >= 32; prefill
     # splits only when its tiles number <= 2 * sms)
     reserve_scratch(device, _split_partials(layer), max(1 << 16, 4 * triton.cdiv(n, 32), 2 * sms))
@@ -227,17 +213,13 @@ def tile_for(layer: Mxfp4Layer, m: int) -> Tile:
         chunks = layer.k // mxfp4_gemm.CHUNK
         t = decode_tile(m, layer.n, chunks, layer.sms, layer.cap, layer.per_block) if key[0] == "d" \
             else prefill_tile(m, layer.n, chunks, layer.sms, layer.cap, layer.fp8, layer.per_block)
-        while any(b < NO_COLUMN and b % t.bn for b in layer.bounds):
+        while layer.straddles(t.bn):
             t = replace(t, bn=t.bn // 2)
             if t.split > 1 and key[0] == "p":  # more n-blocks: the split that fills the GPU shrinks
                 tiles = triton.cdiv(m, t.bm) * triton.cdiv(layer.n, t.bn)
                 t = replace(t, split=max(1, min(t.split, 2 * layer.sms // tiles)))
         layer.tiles[key] = t
     return t
-
-
-def check_partitions(layer: Mxfp4Layer, a: torch.Tensor) -> None:
-    check_copies("mxfp4", layer.parts, layer.k, a)
 
 
 def rotate(layer: Mxfp4Layer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -253,7 +235,7 @@ def rotate(layer: Mxfp4Layer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 def gemm_rotated(layer: Mxfp4Layer, a: torch.Tensor, s: torch.Tensor | None, out_dtype: torch.dtype, t: Tile,
                  bias: torch.Tensor | None = None) -> torch.Tensor:
     """y [M, N] (+ bias) from the prologue's outputs."""
-    check_partitions(layer, a)
+    layer.check_partitions("mxfp4", a)
     scr = _SCRATCH.get(a.device)
     if scr is None:
         raise RuntimeError(f"mxfp4: no scratch reserved on {a.device}; prepare the layer on the device it runs on")

@@ -9,7 +9,7 @@ and its tile from `paro_table`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -19,7 +19,7 @@ from radiance.kernels.paro_table import (  # noqa: F401 -- the table's names, re
     launches_dependent, prefill_tile, prologue_mode, scratch_piece_rows, smem_bytes, smem_limit, stream_tile,
     use_int8)
 from radiance.kernels import gpu, registry
-from radiance.kernels.linear import MAX_ROTATIONS, NO_COLUMN, Rotation, Run, check_copies, kernel_bounds, single_run
+from radiance.kernels.linear import MAX_ROTATIONS, Rotation, Run, kernel_bounds, single_run
 from radiance.kernels.pdl import enabled as pdl_enabled
 from radiance.kernels.triton import interpreting, paro_gemm, paro_rotate, paro_scratch
 from radiance.knobs import knob_int
@@ -57,30 +57,16 @@ def reserve_scratch(device: torch.device, part_elems: int, deq_elems: int, cnt_e
     return s
 
 
-@dataclass
-class ParoLayer:
+@dataclass(kw_only=True)
+class ParoLayer(paro_rotate.RotatedLayer):
     """One prepared paroquant linear (P <= 3 distinct rotations merged along N)."""
 
     wb: torch.Tensor  # [G, N, 64] uint8
     sc: torch.Tensor  # [G, N] f16
     d: torch.Tensor  # [G, N] int8 (zero point - 8)
-    tables: paro_rotate.RotTables
-    bounds: tuple[int, int]  # first column of rotated copy 1 and 2 (linear.kernel_bounds)
-    n: int
-    k: int
-    cap: tuple[int, int]
-    sms: int
-    decode_max_m: int
     i8: bool
-    kernels: registry.Plan  # rows -> kernel (paro_table.KERNELS), chosen at prepare
-    bias: torch.Tensor | None = None
     scratch_rows: int = 0  # scratch path: weight rows dequantized per piece, 0 = all at once (scratch_piece_rows)
     pdl: bool = False  # decode GEMMs may launch dependent on their prologue (kernels/pdl.py; the table says which)
-    tiles: dict = field(default_factory=dict)
-
-    @property
-    def parts(self) -> int:
-        return self.tables.parts
 
 
 def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: list[torch.Tensor],
@@ -100,9 +86,9 @@ def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: li
     k = g * GROUP_SIZE
     bounds = kernel_bounds("paroquant", runs or single_run(n), rotations, n, k, 128)
     target = registry.Target("paroquant", "cuda", n, k, cap, i8, interpreting(), knob_int("RADIANCE_PQ_DECODE_MAX_M"))
-    layer = ParoLayer(wb.to(device), sc.to(device), d.to(device),
-                      paro_rotate.build_tables(rotations, device), bounds, n, k, cap, sms, target.decode_max_m, i8,
-                      registry.choose(KERNELS, target, only), bias, scratch_piece_rows(),
+    layer = ParoLayer(wb=wb.to(device), sc=sc.to(device), d=d.to(device), tables=paro_rotate.build_tables(rotations, device),
+                      bounds=bounds, n=n, k=k, cap=cap, sms=sms, decode_max_m=target.decode_max_m, i8=i8,
+                      kernels=registry.choose(KERNELS, target, only), bias=bias, scratch_rows=scratch_piece_rows(),
                       # the real GPU's capability: a faked one (the sm_75 configs run on the H200) never asks for it
                       pdl=on_gpu and pdl_enabled(dcap) and cap >= (9, 0))
     decode = [m for m in range(1, layer.decode_max_m + 1) if layer.kernels.covers(m)]
@@ -116,7 +102,7 @@ def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: li
 
 
 def check_partitions(layer: ParoLayer, a: torch.Tensor) -> None:
-    check_copies("paroquant", layer.parts, layer.k, a)
+    layer.check_partitions("paroquant", a)
 
 
 def kind_for(layer: ParoLayer, m: int) -> str:
@@ -143,7 +129,7 @@ def tile_for(layer: ParoLayer, m: int, kind: str | None = None) -> Tile:
         t = decode_tile(kind, m, layer.n, layer.k // GROUP_SIZE, layer.sms, layer.cap, layer.i8) if decode \
             else prefill_tile(kind, layer.cap, m)
         if layer.parts > 1:
-            while any(b < NO_COLUMN and b % t.bn for b in layer.bounds):
+            while layer.straddles(t.bn):
                 t = replace(t, bn=t.bn // 2)
         layer.tiles[key] = t
     return t

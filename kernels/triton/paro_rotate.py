@@ -31,14 +31,14 @@ Output modes (OUT_MODE):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import triton
 import triton.language as tl
 
-from radiance.kernels import gpu
-from radiance.kernels.linear import Rotation
+from radiance.kernels import gpu, registry
+from radiance.kernels.linear import NO_COLUMN, Rotation, check_copies
 
 GROUP = 128
 ROT32, F16G, I8G, PLAIN, ROT32P, F16GF, PLAINW = 0, 1, 2, 3, 4, 6, 7
@@ -66,6 +66,34 @@ class RotTables:
     @property
     def k(self) -> int:
         return int(self.partner.shape[2])
+
+
+@dataclass(kw_only=True)
+class RotatedLayer:
+    """What every NVIDIA rotated GEMM's layer holds besides its weights (paro_ops.ParoLayer,
+    mxfp4_ops.Mxfp4Layer): the prologue's tables, the column select, the shape, the card, the plan."""
+
+    tables: RotTables
+    bounds: tuple[int, int]  # first column of rotated copy 1 and 2 (linear.kernel_bounds)
+    n: int
+    k: int
+    cap: tuple[int, int]
+    sms: int
+    decode_max_m: int
+    kernels: registry.Plan  # rows -> kernel (the method's registry), chosen at prepare
+    bias: torch.Tensor | None = None
+    tiles: dict = field(default_factory=dict)
+
+    @property
+    def parts(self) -> int:
+        return self.tables.parts
+
+    def straddles(self, bn: int) -> bool:
+        """Whether column blocks of bn would straddle a rotation boundary (a tile must not)."""
+        return any(b < NO_COLUMN and b % bn for b in self.bounds)
+
+    def check_partitions(self, what: str, a: torch.Tensor) -> None:
+        check_copies(what, self.parts, self.k, a)
 
 
 def build_tables(rotations: list[Rotation], device=None) -> RotTables:
