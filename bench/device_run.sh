@@ -21,6 +21,7 @@ for step in "$@"; do
              | tee $OUT/pytest.log | tail -25 ;;
     pq2) python3 bench/bench_pq2.py --out $OUT $PQ2_ARGS 2>&1 | tee $OUT/pq2.log | tail -40 ;;
     paro) python3 bench/bench_paro.py --out $OUT $PARO_ARGS 2>&1 | tee $OUT/paro.log | tail -40 ;;
+    producers) python3 bench/bench_producers.py --out $OUT $PRODUCERS_ARGS 2>&1 | tee $OUT/producers.log | tail -20 ;;
     learned) python3 bench/bench_learned.py device --out $OUT $LEARNED_ARGS 2>&1 | tee $OUT/learned.log | tail -60 ;;
     sweep) python3 bench/sweep_paro_decode.py --out $OUT $SWEEP_ARGS 2>&1 | tee $OUT/sweep.log | tail -60 ;;
     gemmdata) python3 bench/gemm_data.py $GEMMDATA_ARGS 2>&1 | tee $OUT/gemmdata.log | tail -40 ;;

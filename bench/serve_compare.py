@@ -80,6 +80,19 @@ def modes(eval_json: Path, prod_json: Path) -> tuple[bool, dict]:
     return ok, drift
 
 
+def pair(results: Path, a: str, b: str) -> tuple[bool, dict]:
+    """Two stacks of one run that serve the same model by different kernels (the fused producers on
+    and off): prompt logprobs within the absolute modes bounds, greedy agreement reported."""
+    runs = json.loads(results.read_text())["runs"]
+    d = _drift(runs[a], runs[b])
+    d["ok"] = good = d["prompt_max"] <= MODES_PROMPT_LOGPROB_MAX and d["prompt_mean"] <= MODES_PROMPT_LOGPROB_MEAN
+    d["tolerance"] = {"prompt_max": MODES_PROMPT_LOGPROB_MAX, "prompt_mean": MODES_PROMPT_LOGPROB_MEAN}
+    print(f"{a} vs {b}: prompt logprobs max |d| {d['prompt_max']:.4f} mean {d['prompt_mean']:.5f}; greedy tokens "
+          f"agree {d['greedy_agree']}/{d['greedy_total']} before the first divergence, logprobs there max |d| "
+          f"{d['greedy_logprob_max']:.4f} -> {'ok' if good else 'FAIL'}")
+    return good, {f"{a} vs {b}": d}
+
+
 def reference(results: Path, stack: str, model_dir: Path) -> bool:
     """The served prompt-token logprobs against transformers' forward of the checkpoint's bf16 source
     with every quantized linear swapped for radiance's reference (radiance eval's path), in fp32."""
@@ -182,13 +195,17 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("checkall")
     c.add_argument("results", type=Path)
     c.add_argument("--logs", type=Path, default=None, help="the directory the results' logs are in now")
+    p = sub.add_parser("pair")
+    p.add_argument("results", type=Path)
+    p.add_argument("a")
+    p.add_argument("b")
     j = sub.add_parser("jit")
     j.add_argument("results", type=Path)
     j.add_argument("--logs", type=Path, default=None, help="the directory the results' logs are in now")
     a = ap.parse_args(argv)
     ok, rows = {"modes": lambda: modes(a.eval_json, a.prod_json),
                 "reference": lambda: reference(a.results, a.stack, a.model_dir),
-                "checkall": lambda: checkall(a.results, a.logs), "jit": lambda: jit(a.results, a.logs)}[a.cmd]()
+                "checkall": lambda: checkall(a.results, a.logs), "pair": lambda: pair(a.results, a.a, a.b), "jit": lambda: jit(a.results, a.logs)}[a.cmd]()
     if a.record:
         record(a.record, a.cmd, rows, a.prod_json if a.cmd == "modes" else a.results)
     return 0 if ok else 1

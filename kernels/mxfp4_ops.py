@@ -40,7 +40,7 @@ from radiance.kernels.linear import MAX_ROTATIONS, Rotation, Run, kernel_bounds,
 from radiance.kernels.paro_table import SMEM_LIMIT, smem_limit  # noqa: F401 -- the cards' limits, one home
 from radiance.kernels.paro_table import fit_tile as paro_fit_tile
 from radiance.kernels.registry import ROWS_MAX, KernelSpec, Target
-from radiance.kernels.triton import interpreting, mxfp4_gemm, paro_rotate
+from radiance.kernels.triton import interpreting, mxfp4_gemm, paro_producers, paro_rotate
 from radiance.knobs import knob_int
 
 MAX_PARTS = MAX_ROTATIONS  # plugin.params reads it: the rotations one GEMM takes
@@ -225,10 +225,15 @@ def tile_for(layer: Mxfp4Layer, m: int) -> Tile:
 def rotate(layer: Mxfp4Layer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The prologue: x [M, K] -> (rotated activations [P, M, K] in the GEMM's input format, their
     per (row, 128-group) scales for W4A8, else None)."""
+    return _formatted(layer, lambda tables, mode, trigger: paro_rotate.rotate(x, tables, mode))
+
+
+def _formatted(layer: Mxfp4Layer, prologue) -> tuple[torch.Tensor, torch.Tensor | None]:
+    # prologue(tables, mode, trigger) writes the rotated activations (a plain prologue or a producer)
     if layer.fp8:
-        a32, _, _ = paro_rotate.rotate(x, layer.tables, paro_rotate.ROT32)
+        a32, _, _ = prologue(layer.tables, paro_rotate.ROT32, False)
         return mxfp4_gemm.quant_fp8(a32)
-    a, _, _ = paro_rotate.rotate(x, layer.tables, paro_rotate.PLAIN)
+    a, _, _ = prologue(layer.tables, paro_rotate.PLAIN, False)
     return a, None
 
 
@@ -258,3 +263,13 @@ def forward(layer: Mxfp4Layer, x: torch.Tensor, bias: torch.Tensor | None = None
     t = tile or tile_for(layer, m)
     a, s = rotate(layer, x)
     return gemm_rotated(layer, a, s, x.dtype, t, bias)
+
+
+def forward_produced(layer: Mxfp4Layer, producer, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """forward(layer, the producer's output), its producer fused with the rotation in the decode
+    band (kernels/producers.py), unfused above it."""
+    m = producer.rows
+    if not 0 < m <= paro_producers.PRODUCER_MAX_M:
+        return forward(layer, producer.plain(), bias=bias)
+    a, s = _formatted(layer, producer.rotated)
+    return gemm_rotated(layer, a, s, producer.dtype, tile_for(layer, m), layer.bias if bias is None else bias)

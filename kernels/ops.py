@@ -22,6 +22,7 @@ from radiance.kernels.formats.paroquant import ParoTensors
 from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
 from radiance.kernels.formats.pq2 import Pq2Tensors
 from radiance.kernels.hip import mxfp4 as hip_mxfp4
+from radiance.kernels.producers import Producer, check_inputs
 from radiance.kernels.linear import (  # noqa: F401 -- re-exported: callers say ops.PreparedLinear
     KernelFn, PreparedLinear, Rotation, Run, check_partitions, dedup_rotations, platform_of, rotate_all)
 from radiance.knobs import knob
@@ -34,6 +35,24 @@ def linear_forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | N
     if x.dim() != 2 or x.shape[1] != prep.in_features:
         raise ValueError(f"radiance: expected input [M, {prep.in_features}], got {list(x.shape)}")
     return prep.forward(prep, x, bias)  # type: ignore[misc]
+
+
+def produced_forward(prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y = the layer applied to the output of the op before it (kernels/producers.py), that op
+    fused into the layer's prologue where the platform has a producer for the method (PRODUCED)."""
+    ok, why = can_produce(prep)
+    if not ok:
+        raise NotImplementedError(f"radiance: {why}")
+    check_inputs(producer, prep.in_features)
+    return PRODUCED[prep.platform][prep.method](prep, producer, bias)
+
+
+def can_produce(prep: PreparedLinear) -> tuple[bool, str]:
+    """Whether produced_forward takes this layer, and why not."""
+    if prep.method not in PRODUCED.get(prep.platform, {}):
+        return False, (f"no fused producer for method={prep.method} on platform={prep.platform} "
+                       f"(radiance.kernels.ops.PRODUCED has {sorted(PRODUCED.get(prep.platform, {}))})")
+    return True, ""
 
 
 # ----------------------------------------------------------------------------- prepare (once per layer)
@@ -186,4 +205,29 @@ PLATFORMS: dict[str, dict[str, tuple[Callable, KernelFn]]] = {
              "paroquant_mxfp4": (_mxfp4_cuda_prepare, _mxfp4_cuda), "dense": (_dense_cuda_prepare, _dense_cuda)},
     "rocm": {"paroquant": (_paroquant_rocm_prepare, _paroquant_rocm),
              "paroquant_mxfp4": (hip_mxfp4.prepare, hip_mxfp4.forward), "dense": (_dense_rocm_prepare, _dense_rocm)},
+}
+
+
+def _unfused(prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None) -> torch.Tensor:
+    # the producer's own ops (reference.py), then the layer: the CPU keeps the exact unfused path
+    return linear_forward(prep, producer.plain(), bias)
+
+
+def _paroquant_cuda_produced(prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None) -> torch.Tensor:
+    from radiance.kernels import paro_ops
+
+    return paro_ops.forward_produced(prep.data["paro"], producer, bias=bias)  # type: ignore[arg-type]
+
+
+def _mxfp4_cuda_produced(prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None) -> torch.Tensor:
+    from radiance.kernels import mxfp4_ops
+
+    return mxfp4_ops.forward_produced(prep.data["mxfp4"], producer, bias=bias)  # type: ignore[arg-type]
+
+
+# platform -> method -> produced_forward(prep, producer, bias): the fused producers (pq2's activation
+# quantizer and gfx1201 have none yet); the plugin's graph pass fuses only the layers listed here
+PRODUCED: dict[str, dict[str, Callable]] = {
+    "cpu": {"paroquant": _unfused, "paroquant_mxfp4": _unfused},
+    "cuda": {"paroquant": _paroquant_cuda_produced, "paroquant_mxfp4": _mxfp4_cuda_produced},
 }

@@ -21,7 +21,7 @@ from radiance.kernels.paro_table import (  # noqa: F401 -- the table's names, re
 from radiance.kernels import gpu, registry
 from radiance.kernels.linear import MAX_ROTATIONS, Rotation, Run, kernel_bounds, single_run
 from radiance.kernels.pdl import enabled as pdl_enabled
-from radiance.kernels.triton import interpreting, paro_gemm, paro_rotate, paro_scratch
+from radiance.kernels.triton import interpreting, paro_gemm, paro_producers, paro_rotate, paro_scratch
 from radiance.knobs import knob_int
 
 MAX_PARTS = MAX_ROTATIONS  # plugin.params reads it: the rotations one GEMM takes
@@ -169,12 +169,32 @@ def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
         return x.new_empty(0, layer.n)
     kind = None if tile else kind_for(layer, m)  # `tile` overrides the plan (benchmark sweeps, tests)
     if kind == "scratch":
-        y = paro_scratch.forward(layer, x, bias, _SCRATCH[x.device].deq)
-    else:
-        t = tile or tile_for(layer, m, kind)
-        if layer.i8 and t.kind in W4A16_ONLY:
-            raise ValueError(f"paroquant: the {t.kind} kind is W4A16 only (RADIANCE_PQ_I8=1 asks for W4A8)")
-        dep = layer.pdl and launches_dependent(t)
-        a, s, rs = paro_rotate.rotate(x, layer.tables, prologue_mode(t.kind, layer.i8), trigger=dep)
-        y = gemm_rotated(layer, a, s, rs, x.dtype, t, bias, pdl=dep)
-    return y
+        return paro_scratch.forward(layer, x, bias, _SCRATCH[x.device].deq)
+    return _gemm_after(layer, m, x.dtype, lambda tables, mode, dep: paro_rotate.rotate(x, tables, mode, trigger=dep),
+                       bias, tile or tile_for(layer, m, kind))
+
+
+def fuses(layer: ParoLayer, m: int) -> bool:
+    """Whether M rows take a fused producer (kernels/producers.py): the decode band, on a kernel
+    that reads the prologue's output (the scratch path reads the activations themselves)."""
+    return 0 < m <= paro_producers.PRODUCER_MAX_M and kind_for(layer, m) != "scratch"
+
+
+def forward_produced(layer: ParoLayer, producer, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """forward(layer, the producer's output): in one producer kernel and the GEMM where `fuses`,
+    else the producer's unfused ops, then forward."""
+    if not fuses(layer, producer.rows):
+        return forward(layer, producer.plain(), bias=bias)
+    m = producer.rows
+    return _gemm_after(layer, m, producer.dtype, producer.rotated, layer.bias if bias is None else bias,
+                       tile_for(layer, m))
+
+
+def _gemm_after(layer: ParoLayer, m: int, dtype: torch.dtype, prologue, bias: torch.Tensor | None,
+                t: Tile) -> torch.Tensor:
+    """The GEMM on tile t after `prologue(tables, mode, trigger)` wrote its input."""
+    if layer.i8 and t.kind in W4A16_ONLY:
+        raise ValueError(f"paroquant: the {t.kind} kind is W4A16 only (RADIANCE_PQ_I8=1 asks for W4A8)")
+    dep = layer.pdl and launches_dependent(t)
+    a, s, rs = prologue(layer.tables, prologue_mode(t.kind, layer.i8), dep)
+    return gemm_rotated(layer, a, s, rs, dtype, t, bias, pdl=dep)

@@ -284,3 +284,21 @@ def fake_quant(x: torch.Tensor, act: str | None, group_size: int = GROUP_SIZE) -
         raise ValueError(f"unknown activation quantizer {act!r}; use one of {sorted(quantizers)} or None")
     q, a = quantizers[act](x)
     return dequant_group(q, a, x.dtype)
+
+
+# ----------------------------------------------------------------------------- what feeds a linear
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(normalized x, residual out): vLLM's rms_norm / fused_add_rms_norm IR ops. The sum is taken in
+    fp32 and normalized unrounded; the residual out is that sum rounded to x's dtype; the
+    normalized value is rounded to the weight's dtype before the weight multiplies it."""
+    z = x.float() if residual is None else x.float() + residual.float()
+    r = torch.rsqrt(z.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return ((z * r).to(weight.dtype) * weight).to(x.dtype), None if residual is None else z.to(x.dtype)
+
+
+def silu_mul(gu: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for gu = [gate | up] (vLLM's SiluAndMul, eager): silu in fp32 rounded to
+    gu's dtype, then the product rounded once more."""
+    d = gu.shape[-1] // 2
+    return torch.nn.functional.silu(gu[..., :d].float()).to(gu.dtype) * gu[..., d:]

@@ -14,7 +14,7 @@ from vllm.model_executor.layers.quantization.base_config import QuantizationConf
 from radiance.kernels import ops
 from radiance.kernels.formats import FormatError
 from radiance.knobs import knob
-from radiance.plugin import checkall, cpu_gemm, custom_op
+from radiance.plugin import checkall, cpu_gemm, custom_op, producer_pass
 from radiance.plugin.layout import Layout, layout_of
 from radiance.plugin.params import require_loaded
 from radiance.plugin.skip import SkinnyUnquantizedLinearMethod, is_skipped, skip_patterns
@@ -80,6 +80,7 @@ class RadianceQuantConfig(QuantizationConfig):
         if is_skipped(prefix, self.packed_modules_mapping, self.skip, self.hf_prefixes):
             return SkinnyUnquantizedLinearMethod(prefix)
         _require_eager_for_checkall()
+        producer_pass.install(get_current_vllm_config_or_none())
         return self.LINEAR(self, prefix)
 
 

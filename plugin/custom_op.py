@@ -62,6 +62,14 @@ def attach(layer: nn.Module, prep: ops.PreparedLinear, check=None) -> None:
                  " (the launcher's warm-up had not built them)" if compiled else "")
 
 
+def layer_of(key: str) -> nn.Module:
+    """The layer a graph's op key names (declared at create_weights)."""
+    found = _LAYERS.get(key)
+    if found is None:
+        raise KeyError(f"radiance: no linear declared under the op key {key!r}")
+    return found
+
+
 def call_bias(layer: nn.Module) -> torch.Tensor | None:
     """The bias vLLM hands apply(): none where it adds the bias itself, and none on the ranks > 0 of
     a row-parallel layer (the bias joins once, on rank 0, before the all-reduce)."""

@@ -27,9 +27,10 @@ def register_all() -> None:
     check_vllm()  # a vLLM outside the tested range fails here, naming both versions
     from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS, get_quantization_config
 
-    from radiance.plugin import custom_op, paroquant, paroquant_mxfp4, pq2
+    from radiance.plugin import custom_op, paroquant, paroquant_mxfp4, pq2, producer_ops
 
     custom_op.register_op()
+    producer_ops.register_ops()
     for name, cls in (("paroquant", paroquant.ParoQuantConfig), ("pq2", pq2.Pq2Config),
                       ("paroquant_mxfp4", paroquant_mxfp4.ParoQuantMxfp4Config)):
         if name not in QUANTIZATION_METHODS or get_quantization_config(name) is not cls:

@@ -133,7 +133,7 @@ def build_tables(rotations: list[Rotation], device=None) -> RotTables:
 
 
 @triton.jit
-def _store_group(x, A, S, RS, rows, cols, rmask, g, p, M, K, G, BM: tl.constexpr, OUT_MODE: tl.constexpr):
+def store_group(x, A, S, RS, rows, cols, rmask, g, p, M, K, G, BM: tl.constexpr, OUT_MODE: tl.constexpr):
     # the rotated group x [BM, 128] (fp32) in the format OUT_MODE names (module docstring)
     if OUT_MODE == 6:  # F16GF: the fragment order (module docstring)
         r = cols % 64
@@ -206,6 +206,13 @@ def _rotate_kernel(X, PARTNER, COS, SSIN, CS, A, S, RS,
         x = tl.where(rows[:, None] == cols[None, :], 1.0, 0.0)
     else:
         x = tl.load(X + rows[:, None] * stride_xm + kk[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
+    x = givens(x, PARTNER, COS, SSIN, CS, p, K, kk, KROT, BM)
+    store_group(x, A, S, RS, rows, cols, rmask, g, p, M, K, G, BM, OUT_MODE)
+
+
+@triton.jit
+def givens(x, PARTNER, COS, SSIN, CS, p, K, kk, KROT: tl.constexpr, BM: tl.constexpr):
+    # the group x [BM, 128] (fp32, channels kk) times copy p's channel scales, then its KROT layers
     x = x * tl.load(CS + p * K + kk)[None, :]
     for layer in tl.static_range(KROT):
         tab = (p * KROT + layer) * K + kk
@@ -214,7 +221,7 @@ def _rotate_kernel(X, PARTNER, COS, SSIN, CS, A, S, RS,
         s = tl.load(SSIN + tab)
         xp = tl.gather(x, tl.broadcast_to(idx[None, :], (BM, 128)), axis=1)
         x = x * c[None, :] + xp * s[None, :]
-    _store_group(x, A, S, RS, rows, cols, rmask, g, p, M, K, G, BM, OUT_MODE)
+    return x
 
 
 @triton.jit
@@ -228,7 +235,7 @@ def _rotate_dense_kernel(X, T, A, S, RS, M, K, G, stride_xm, BM: tl.constexpr, O
     t = T + p * 128 * K + cols[:, None] * K + g * 128 + cols[None, :]  # [r, c] = T_g
     acc = tl.dot(x, tl.load(t))
     acc = tl.dot(x, tl.load(t + tl.num_programs(2) * 128 * K), acc)
-    _store_group(acc, A, S, RS, rows, cols, rmask, g, p, M, K, G, BM, OUT_MODE)
+    store_group(acc, A, S, RS, rows, cols, rmask, g, p, M, K, G, BM, OUT_MODE)
 
 
 _OUT_DTYPE = {ROT32: torch.float32, F16G: torch.float16, I8G: torch.int8, PLAIN: torch.float16, ROT32P: torch.float32,
@@ -285,12 +292,7 @@ def rotate(x: torch.Tensor, tables: RotTables, mode: int,
     m, k = x.shape
     g = k // GROUP
     parts = tables.parts
-    if out is None:
-        a = torch.empty(parts, m, k, dtype=_OUT_DTYPE[mode], device=x.device)
-        s = torch.empty(parts, m, g, dtype=torch.float32, device=x.device)
-        rs = torch.empty(parts, m, g, dtype=torch.float32, device=x.device)
-    else:
-        a, s, rs = out
+    a, s, rs = out or outputs(m, tables, mode, x.device)
     if dense is None:
         dense = m >= DENSE_MIN_M and x.dtype == torch.bfloat16 and (gpu.capability(x.device) or (0, 0)) >= (8, 0)
     if dense:  # T [2 (hi, lo), P, 128, K]: row r of T_g is the rotated e_r; then two dots per group
@@ -307,6 +309,19 @@ def rotate(x: torch.Tensor, tables: RotTables, mode: int,
         _rotate_kernel[(g, triton.cdiv(m, bm), parts)](x, tables.partner, tables.cos, tables.ssin, tables.cs, a,
                                                        s, rs, m, k, g, x.stride(0), KROT=tables.krot, BM=bm,
                                                        OUT_MODE=mode, IDENT=False, TRIGGER=trigger, num_warps=warps)
+    return returned(mode, a, s, rs)
+
+
+def outputs(m: int, tables: RotTables, mode: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Empty (A [P, M, K] in mode's dtype, S, RS [P, M, G] fp32) for M rows."""
+    parts, k = tables.parts, tables.k
+    return (torch.empty(parts, m, k, dtype=_OUT_DTYPE[mode], device=device),
+            torch.empty(parts, m, k // GROUP, dtype=torch.float32, device=device),
+            torch.empty(parts, m, k // GROUP, dtype=torch.float32, device=device))
+
+
+def returned(mode: int, a: torch.Tensor, s: torch.Tensor, rs: torch.Tensor):
+    """(A, S, RS) with the outputs `mode` does not write as None: what the GEMMs take."""
     if mode in (PLAIN, PLAINW):
         return a, None, None
     if mode in (ROT32, ROT32P):

@@ -1,0 +1,124 @@
+"""Fused producers: the op before a rotated linear writes that linear's prologue output directly.
+
+`add_norm_rotate`: residual add + RMSNorm + rotation (+ the GEMM's activation format, quantized
+for W4A8), the residual out written on the way; `silu_mul_rotate`: silu(gate) * up + rotation.
+Both compute the unfused ops' numerics (reference.add_rms_norm / reference.silu_mul: the same
+roundings to the activation dtype) and then run the prologue's own code (paro_rotate.givens,
+paro_rotate.store_group), so their outputs are the prologue's on the same normalized rows.
+
+One program per (128-group, row block) rotates its group for every rotated copy P. The norm needs
+the whole row's sum of squares, so each program reads its rows in full: at decode row counts
+that is a few KB from L2 per program, cheaper than the launch and the activation round trip it
+replaces; above PRODUCER_MAX_M the callers run the unfused ops instead.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from radiance.kernels.triton import interpreting
+from radiance.kernels.triton.paro_rotate import GROUP, RotTables, givens, outputs, prologue_tile, returned, store_group
+
+PRODUCER_MAX_M = 16  # rows the fused producers take; the decode band they are measured in
+ROW_CHUNK = 4096  # elements of the rows a norm program sums per step (BM rows x ROW_CHUNK / BM columns)
+
+
+@triton.jit
+def _add_norm_rotate_kernel(X, R, W, RO, PARTNER, COS, SSIN, CS, A, S, RS, M, K, G, eps, stride_xm, stride_rm,
+                            P: tl.constexpr, KROT: tl.constexpr, BM: tl.constexpr, OUT_MODE: tl.constexpr,
+                            HAS_RES: tl.constexpr, TRIGGER: tl.constexpr, CHUNK: tl.constexpr):
+    if TRIGGER:  # the GEMM launched after it (programmatic dependent launch, sm_90) may start now
+        tl.extra.cuda.gdc_launch_dependents()
+    g = tl.program_id(0)
+    rows = tl.program_id(1) * BM + tl.arange(0, BM)
+    rmask = rows < M
+    ss = tl.zeros([BM], dtype=tl.float32)
+    for c0 in range(0, K, CHUNK):  # the rows' sum of squares, every program for itself
+        c = c0 + tl.arange(0, CHUNK)
+        msk = rmask[:, None] & (c < K)[None, :]
+        z = tl.load(X + rows[:, None] * stride_xm + c[None, :], mask=msk, other=0.0).to(tl.float32)
+        if HAS_RES:
+            z += tl.load(R + rows[:, None] * stride_rm + c[None, :], mask=msk, other=0.0).to(tl.float32)
+        ss += tl.sum(z * z, axis=1)
+    r = tl.math.rsqrt(ss / K + eps)
+    cols = tl.arange(0, GROUP)
+    kk = g * GROUP + cols
+    z = tl.load(X + rows[:, None] * stride_xm + kk[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
+    if HAS_RES:
+        z += tl.load(R + rows[:, None] * stride_rm + kk[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
+        tl.store(RO + rows[:, None] * K + kk[None, :], z.to(RO.dtype.element_ty), mask=rmask[:, None])
+    w = tl.load(W + kk).to(tl.float32)
+    x = ((z * r[:, None]).to(W.dtype.element_ty).to(tl.float32) * w[None, :]).to(X.dtype.element_ty).to(tl.float32)
+    for p in tl.static_range(P):
+        store_group(givens(x, PARTNER, COS, SSIN, CS, p, K, kk, KROT, BM), A, S, RS, rows, cols, rmask, g, p, M, K, G,
+                    BM, OUT_MODE)
+
+
+@triton.jit
+def _silu_mul_rotate_kernel(GU, PARTNER, COS, SSIN, CS, A, S, RS, M, K, G, stride_m,
+                            P: tl.constexpr, KROT: tl.constexpr, BM: tl.constexpr, OUT_MODE: tl.constexpr,
+                            TRIGGER: tl.constexpr, INTERPRET: tl.constexpr):
+    if TRIGGER:
+        tl.extra.cuda.gdc_launch_dependents()
+    g = tl.program_id(0)
+    rows = tl.program_id(1) * BM + tl.arange(0, BM)
+    rmask = rows < M
+    cols = tl.arange(0, GROUP)
+    kk = g * GROUP + cols
+    at = GU + rows[:, None] * stride_m + kk[None, :]
+    gate = tl.load(at, mask=rmask[:, None], other=0.0).to(tl.float32)
+    up = tl.load(at + K, mask=rmask[:, None], other=0.0).to(tl.float32)
+    # torch's silu: IEEE division by 1 + expf(-x) (libdevice's expf, not the ex2 approximation;
+    # the CPU interpreter has no libdevice)
+    e = tl.exp(-gate) if INTERPRET else libdevice.exp(-gate)
+    act = tl.math.div_rn(gate, 1.0 + e).to(GU.dtype.element_ty).to(tl.float32)
+    x = (act * up).to(GU.dtype.element_ty).to(tl.float32)
+    for p in tl.static_range(P):
+        store_group(givens(x, PARTNER, COS, SSIN, CS, p, K, kk, KROT, BM), A, S, RS, rows, cols, rmask, g, p, M, K, G,
+                    BM, OUT_MODE)
+
+
+def _check(what: str, x: torch.Tensor, k: int, tables: RotTables) -> None:
+    if x.dim() != 2 or x.shape[1] != k or x.stride(1) != 1:
+        raise ValueError(f"{what}: expected a row-major [M, {k}] input, got {list(x.shape)} strides {x.stride()}")
+    if tables.k != (k if what == "add_norm_rotate" else k // 2):
+        raise ValueError(f"{what}: the rotation is for K={tables.k}, the input has {x.shape[1]} columns")
+    if x.shape[0] > PRODUCER_MAX_M:
+        raise ValueError(f"{what}: {x.shape[0]} rows; the fused producers take at most {PRODUCER_MAX_M} "
+                         "(larger batches run the unfused ops)")
+
+
+def add_norm_rotate(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float,
+                    tables: RotTables, mode: int, trigger: bool = False):
+    """x, residual [M, K] -> ((A, S, RS) as paro_rotate.rotate(normalized x, tables, mode) returns
+    them, residual out [M, K] or None)."""
+    m, k = x.shape
+    _check("add_norm_rotate", x, k, tables)
+    if residual is not None and (residual.shape != x.shape or residual.stride(1) != 1):
+        raise ValueError(f"add_norm_rotate: residual {list(residual.shape)} does not match x {list(x.shape)}")
+    a, s, rs = outputs(m, tables, mode, x.device)
+    ro = torch.empty_like(x) if residual is not None else None
+    bm, warps = prologue_tile(m)
+    _add_norm_rotate_kernel[(k // GROUP, triton.cdiv(m, bm))](
+        x, residual if residual is not None else x, weight, ro if ro is not None else x, tables.partner, tables.cos,
+        tables.ssin, tables.cs, a, s, rs, m, k, k // GROUP, eps, x.stride(0),
+        residual.stride(0) if residual is not None else 0, P=tables.parts, KROT=tables.krot, BM=bm, OUT_MODE=mode,
+        HAS_RES=residual is not None, TRIGGER=trigger, CHUNK=ROW_CHUNK // bm, num_warps=warps)
+    return returned(mode, a, s, rs), ro
+
+
+def silu_mul_rotate(gu: torch.Tensor, tables: RotTables, mode: int, trigger: bool = False):
+    """gu [M, 2K] = [gate | up] -> (A, S, RS) as paro_rotate.rotate(silu(gate) * up, tables, mode)."""
+    m, k2 = gu.shape
+    _check("silu_mul_rotate", gu, k2, tables)
+    k = k2 // 2
+    a, s, rs = outputs(m, tables, mode, gu.device)
+    bm, warps = prologue_tile(m)
+    _silu_mul_rotate_kernel[(k // GROUP, triton.cdiv(m, bm))](
+        gu, tables.partner, tables.cos, tables.ssin, tables.cs, a, s, rs, m, k, k // GROUP, gu.stride(0),
+        P=tables.parts, KROT=tables.krot, BM=bm, OUT_MODE=mode, TRIGGER=trigger, INTERPRET=interpreting(),
+        num_warps=warps)
+    return returned(mode, a, s, rs)
