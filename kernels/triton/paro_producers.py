@@ -6,10 +6,10 @@ Both compute the unfused ops' numerics (reference.add_rms_norm / reference.silu_
 roundings to the activation dtype) and then run the prologue's own code (paro_rotate.givens,
 paro_rotate.store_group), so their outputs are the prologue's on the same normalized rows.
 
-One program per (128-group, row block) rotates its group for every rotated copy P. The norm needs
-the whole row's sum of squares, so each program reads its rows in full: at decode row counts
-that is a few KB from L2 per program, cheaper than the launch and the activation round trip it
-replaces; above PRODUCER_MAX_M the callers run the unfused ops instead.
+One program per (128-group, row block, rotated copy), as the prologue's. The norm needs the whole
+row's sum of squares, so each program reads its rows in full: at decode row counts that is a few
+KB from L2 per program, cheaper than the launch and the activation round trip it replaces; above
+PRODUCER_MAX_M the callers run the unfused ops instead.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ ROW_CHUNK = 4096  # elements of the rows a norm program sums per step (BM rows x
 
 
 @triton.jit
-def _add_norm_rotate_kernel(X, R, W, RO, PARTNER, COS, SSIN, CS, A, S, RS, M, K, G, eps, stride_xm, stride_rm,
-                            P: tl.constexpr, KROT: tl.constexpr, BM: tl.constexpr, OUT_MODE: tl.constexpr,
+def _add_norm_rotate_kernel(X, R, W, RO, PARTNER, COS, SSIN, CS, A, S, RS, M, K: tl.constexpr, G, eps, stride_xm,
+                            stride_rm, KROT: tl.constexpr, BM: tl.constexpr, OUT_MODE: tl.constexpr,
                             HAS_RES: tl.constexpr, TRIGGER: tl.constexpr, CHUNK: tl.constexpr):
     if TRIGGER:  # the GEMM launched after it (programmatic dependent launch, sm_90) may start now
         tl.extra.cuda.gdc_launch_dependents()
@@ -36,38 +36,39 @@ def _add_norm_rotate_kernel(X, R, W, RO, PARTNER, COS, SSIN, CS, A, S, RS, M, K,
     rows = tl.program_id(1) * BM + tl.arange(0, BM)
     rmask = rows < M
     ss = tl.zeros([BM], dtype=tl.float32)
-    for c0 in range(0, K, CHUNK):  # the rows' sum of squares, every program for itself
-        c = c0 + tl.arange(0, CHUNK)
+    for c0 in tl.static_range(0, K, CHUNK):  # the rows' sum of squares, every program for itself, unrolled
+        c = c0 + tl.arange(0, CHUNK)  # (K is a constexpr) so that every chunk's loads are in flight at once
         msk = rmask[:, None] & (c < K)[None, :]
         z = tl.load(X + rows[:, None] * stride_xm + c[None, :], mask=msk, other=0.0).to(tl.float32)
         if HAS_RES:
             z += tl.load(R + rows[:, None] * stride_rm + c[None, :], mask=msk, other=0.0).to(tl.float32)
         ss += tl.sum(z * z, axis=1)
     r = tl.math.rsqrt(ss / K + eps)
-    cols = tl.arange(0, GROUP)
-    kk = g * GROUP + cols
+    cols = tl.arange(0, 128)
+    kk = g * 128 + cols
+    p = tl.program_id(2)
     z = tl.load(X + rows[:, None] * stride_xm + kk[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
     if HAS_RES:
         z += tl.load(R + rows[:, None] * stride_rm + kk[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
-        tl.store(RO + rows[:, None] * K + kk[None, :], z.to(RO.dtype.element_ty), mask=rmask[:, None])
+        if p == 0:  # the residual out, once
+            tl.store(RO + rows[:, None] * K + kk[None, :], z.to(RO.dtype.element_ty), mask=rmask[:, None])
     w = tl.load(W + kk).to(tl.float32)
     x = ((z * r[:, None]).to(W.dtype.element_ty).to(tl.float32) * w[None, :]).to(X.dtype.element_ty).to(tl.float32)
-    for p in tl.static_range(P):
-        store_group(givens(x, PARTNER, COS, SSIN, CS, p, K, kk, KROT, BM), A, S, RS, rows, cols, rmask, g, p, M, K, G,
-                    BM, OUT_MODE)
+    store_group(givens(x, PARTNER, COS, SSIN, CS, p, K, kk, KROT, BM), A, S, RS, rows, cols, rmask, g, p, M, K, G,
+                BM, OUT_MODE)
 
 
 @triton.jit
 def _silu_mul_rotate_kernel(GU, PARTNER, COS, SSIN, CS, A, S, RS, M, K, G, stride_m,
-                            P: tl.constexpr, KROT: tl.constexpr, BM: tl.constexpr, OUT_MODE: tl.constexpr,
+                            KROT: tl.constexpr, BM: tl.constexpr, OUT_MODE: tl.constexpr,
                             TRIGGER: tl.constexpr, INTERPRET: tl.constexpr):
     if TRIGGER:
         tl.extra.cuda.gdc_launch_dependents()
     g = tl.program_id(0)
     rows = tl.program_id(1) * BM + tl.arange(0, BM)
     rmask = rows < M
-    cols = tl.arange(0, GROUP)
-    kk = g * GROUP + cols
+    cols = tl.arange(0, 128)
+    kk = g * 128 + cols
     at = GU + rows[:, None] * stride_m + kk[None, :]
     gate = tl.load(at, mask=rmask[:, None], other=0.0).to(tl.float32)
     up = tl.load(at + K, mask=rmask[:, None], other=0.0).to(tl.float32)
@@ -76,9 +77,9 @@ def _silu_mul_rotate_kernel(GU, PARTNER, COS, SSIN, CS, A, S, RS, M, K, G, strid
     e = tl.exp(-gate) if INTERPRET else libdevice.exp(-gate)
     act = tl.math.div_rn(gate, 1.0 + e).to(GU.dtype.element_ty).to(tl.float32)
     x = (act * up).to(GU.dtype.element_ty).to(tl.float32)
-    for p in tl.static_range(P):
-        store_group(givens(x, PARTNER, COS, SSIN, CS, p, K, kk, KROT, BM), A, S, RS, rows, cols, rmask, g, p, M, K, G,
-                    BM, OUT_MODE)
+    p = tl.program_id(2)
+    store_group(givens(x, PARTNER, COS, SSIN, CS, p, K, kk, KROT, BM), A, S, RS, rows, cols, rmask, g, p, M, K, G,
+                BM, OUT_MODE)
 
 
 def _check(what: str, x: torch.Tensor, k: int, tables: RotTables) -> None:
@@ -102,10 +103,10 @@ def add_norm_rotate(x: torch.Tensor, residual: torch.Tensor | None, weight: torc
     a, s, rs = outputs(m, tables, mode, x.device)
     ro = torch.empty_like(x) if residual is not None else None
     bm, warps = prologue_tile(m)
-    _add_norm_rotate_kernel[(k // GROUP, triton.cdiv(m, bm))](
+    _add_norm_rotate_kernel[(k // GROUP, triton.cdiv(m, bm), tables.parts)](
         x, residual if residual is not None else x, weight, ro if ro is not None else x, tables.partner, tables.cos,
         tables.ssin, tables.cs, a, s, rs, m, k, k // GROUP, eps, x.stride(0),
-        residual.stride(0) if residual is not None else 0, P=tables.parts, KROT=tables.krot, BM=bm, OUT_MODE=mode,
+        residual.stride(0) if residual is not None else 0, KROT=tables.krot, BM=bm, OUT_MODE=mode,
         HAS_RES=residual is not None, TRIGGER=trigger, CHUNK=ROW_CHUNK // bm, num_warps=warps)
     return returned(mode, a, s, rs), ro
 
@@ -117,8 +118,8 @@ def silu_mul_rotate(gu: torch.Tensor, tables: RotTables, mode: int, trigger: boo
     k = k2 // 2
     a, s, rs = outputs(m, tables, mode, gu.device)
     bm, warps = prologue_tile(m)
-    _silu_mul_rotate_kernel[(k // GROUP, triton.cdiv(m, bm))](
+    _silu_mul_rotate_kernel[(k // GROUP, triton.cdiv(m, bm), tables.parts)](
         gu, tables.partner, tables.cos, tables.ssin, tables.cs, a, s, rs, m, k, k // GROUP, gu.stride(0),
-        P=tables.parts, KROT=tables.krot, BM=bm, OUT_MODE=mode, TRIGGER=trigger, INTERPRET=interpreting(),
+        KROT=tables.krot, BM=bm, OUT_MODE=mode, TRIGGER=trigger, INTERPRET=interpreting(),
         num_warps=warps)
     return returned(mode, a, s, rs)
