@@ -76,6 +76,47 @@ def steps(m: int, gen):
     return unfused, fused
 
 
+def bench_sites(gen, emit) -> None:
+    """Each producer site alone at M = 1, 4, 16: the producer kernel against the unfused norm (vLLM's
+    own fused_add_rms_norm kernel where vLLM is installed, else inductor's) + the prologue, and the
+    unfused silu*mul (inductor's) + the prologue, in the format the layer's GEMM reads."""
+    from radiance.kernels.paro_table import prologue_mode
+    from radiance.kernels.triton import paro_producers as pp
+    from radiance.kernels.triton import paro_rotate as pr
+
+    try:
+        from vllm import _custom_ops as vops  # noqa: F401
+        norm_label = "vllm_c"
+
+        def norm(x, r, w):
+            vops.fused_add_rms_norm(x, r, w, 1e-6)
+            return x, r
+    except ImportError:
+        norm_label, cnorm = "inductor", torch.compile(reference.add_rms_norm, dynamic=False)
+
+        def norm(x, r, w):
+            return cnorm(x, r, w, 1e-6)
+    act = torch.compile(reference.silu_mul, dynamic=False)
+    for name, (sizes, k) in (("qkv", LINEARS[0]), ("gate_up", LINEARS[2]), ("down", LINEARS[3])):
+        layer = paro_ops.prepare(*rnd.merged([rnd.random_layer(n, k, gen) for n in sizes]))
+        tab = layer.tables
+        for m in (1, 4, 16):
+            mode = prologue_mode(paro_ops.tile_for(layer, m).kind, layer.i8)
+            w = torch.ones(k, device="cuda").bfloat16()
+            if name == "down":
+                gu = torch.randn(m, 2 * k, device="cuda", generator=gen).bfloat16()
+                un = graph_time([lambda: pr.rotate(act(gu), tab, mode)] * 20)
+                fu = graph_time([lambda: pp.silu_mul_rotate(gu, tab, mode)] * 20)
+            else:
+                x, r = (torch.randn(m, k, device="cuda", generator=gen).bfloat16() for _ in range(2))
+                un = graph_time([lambda: pr.rotate(norm(x, r, w)[0], tab, mode)] * 20)
+                fu = graph_time([lambda: pp.add_norm_rotate(x, r, w, 1e-6, tab, mode)] * 20)
+            emit({"path": f"site_{name}", "M": m, "P": tab.parts, "mode": mode, "unfused_us": round(un, 2),
+                  "fused_us": round(fu, 2), "norm": norm_label})
+            print(f"site {name} P={tab.parts} M={m} mode {mode}: unfused ({norm_label} norm / silu-mul + prologue) "
+                  f"{un:.2f} us, producer {fu:.2f} us", flush=True)
+
+
 def marlin_copies(gen):
     try:
         from baselines import vllm_awq_layer
@@ -97,6 +138,7 @@ def main() -> None:
     ap.add_argument("--out", default=".")
     ap.add_argument("--ms", default="1,4,16")
     ap.add_argument("--no-i8", action="store_true", help="skip the W4A8 rows")
+    ap.add_argument("--sites", action="store_true", help="also time each producer site alone")
     args = ap.parse_args()
     date, gpu, bw = run_header()
     roof = weight_bytes() / bw * 1e6
@@ -106,6 +148,8 @@ def main() -> None:
              for _ in range(COPIES)]
     marlin = marlin_copies(gen)
     rows = []
+    if args.sites:
+        bench_sites(gen, rows.append)
     for i8 in (False,) if args.no_i8 else (False, True):
         copies = paro_copies(gen, i8)
         for m in map(int, args.ms.split(",")):
@@ -117,10 +161,8 @@ def main() -> None:
                 if marlin:
                     t["marlin"] = graph_time([lambda f=f: unfused(lambda j, a: f[j](a)) for f in marlin])
             for path, us in t.items():
-                row = {"path": f"layer_{path}" + ("_w4a8" if i8 and path != "bf16" else ""), "M": m, "us": round(us, 2),
-                       "roofline_us": round(roof, 2), "x_roofline": round(us / roof, 3), "date": date, "gpu": gpu,
-                       "commit": commit}
-                rows.append(row)
+                rows.append({"path": f"layer_{path}" + ("_w4a8" if i8 and path != "bf16" else ""), "M": m,
+                             "us": round(us, 2), "roofline_us": round(roof, 2), "x_roofline": round(us / roof, 3)})
             print(f"M={m} {'W4A8' if i8 else 'W4A16'}: " + ", ".join(f"{p} {us:.1f} us ({us / roof:.2f}x)"
                                                                    for p, us in t.items())
                   + f"; roofline {roof:.1f} us; fused/unfused {t['unfused'] / t['fused']:.2f}x", flush=True)
@@ -129,7 +171,7 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results-producers.jsonl"), "w") as f:
         for row in rows:
-            f.write(json.dumps(row) + "\n")
+            f.write(json.dumps({**row, "date": date, "gpu": gpu, "commit": commit}) + "\n")
 
 
 if __name__ == "__main__":
