@@ -269,7 +269,7 @@ def forward_produced(layer: Mxfp4Layer, producer, bias: torch.Tensor | None = No
     """forward(layer, the producer's output), its producer fused with the rotation in the decode
     band (kernels/producers.py), unfused above it."""
     m = producer.rows
-    if not 0 < m <= paro_producers.PRODUCER_MAX_M:
+    if not 0 < m <= paro_producers.FUSED_MAX_M[producer.KIND]:
         return forward(layer, producer.plain(), bias=bias)
     a, s = _formatted(layer, producer.rotated)
     return gemm_rotated(layer, a, s, producer.dtype, tile_for(layer, m), layer.bias if bias is None else bias)

@@ -174,16 +174,18 @@ def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
                        bias, tile or tile_for(layer, m, kind))
 
 
-def fuses(layer: ParoLayer, m: int) -> bool:
-    """Whether M rows take a fused producer (kernels/producers.py): the decode band, on a kernel
-    that reads the prologue's output (the scratch path reads the activations themselves)."""
-    return 0 < m <= paro_producers.PRODUCER_MAX_M and kind_for(layer, m) != "scratch"
+def fuses(layer: ParoLayer, producer) -> bool:
+    """Whether the producer's rows run fused (kernels/producers.py): in its band
+    (paro_producers.FUSED_MAX_M), on a kernel that reads the prologue's output (the scratch path
+    reads the activations themselves)."""
+    m = producer.rows
+    return 0 < m <= paro_producers.FUSED_MAX_M[producer.KIND] and kind_for(layer, m) != "scratch"
 
 
 def forward_produced(layer: ParoLayer, producer, bias: torch.Tensor | None = None) -> torch.Tensor:
     """forward(layer, the producer's output): in one producer kernel and the GEMM where `fuses`,
     else the producer's unfused ops, then forward."""
-    if not fuses(layer, producer.rows):
+    if not fuses(layer, producer):
         return forward(layer, producer.plain(), bias=bias)
     m = producer.rows
     return _gemm_after(layer, m, producer.dtype, producer.rotated, layer.bias if bias is None else bias,

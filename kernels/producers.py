@@ -21,6 +21,7 @@ from radiance.kernels import reference
 class AddRmsNorm:
     """vLLM's rms_norm (residual None) or fused_add_rms_norm before the linear."""
 
+    KIND = "norm"
     x: torch.Tensor
     residual: torch.Tensor | None
     weight: torch.Tensor
@@ -51,6 +52,7 @@ class AddRmsNorm:
 class SiluMul:
     """vLLM's SiluAndMul on gu = [gate | up] before the linear (a MLP's down projection)."""
 
+    KIND = "silu_mul"
     gu: torch.Tensor
     residual_out: None = None
 

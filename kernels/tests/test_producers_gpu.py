@@ -139,12 +139,12 @@ def test_layer_forward_produced(sizes, k, i8, gen):
     above the producers' rows, the unfused path itself."""
     from radiance.kernels import paro_ops, reference
     from radiance.kernels.producers import AddRmsNorm, SiluMul
-    from radiance.kernels.triton.paro_producers import PRODUCER_MAX_M
+    from radiance.kernels.triton.paro_producers import FUSED_MAX_M
 
     layer = _paro(sizes, k, gen, i8)
     for dtype in (torch.bfloat16, torch.float16):
         w = (1 + 0.1 * torch.randn(k, device="cuda", generator=gen)).to(dtype)
-        for m in (*MS, PRODUCER_MAX_M + 1, 40):
+        for m in (*MS, FUSED_MAX_M["silu_mul"] + 1, 40):
             exact = dtype == torch.bfloat16 and k & (k - 1) == 0
             x, res = _inputs(m, k, dtype, gen, exact=exact)
             p = AddRmsNorm(x, res, w, 1e-6)

@@ -7,9 +7,9 @@ roundings to the activation dtype) and then run the prologue's own code (paro_ro
 paro_rotate.store_group), so their outputs are the prologue's on the same normalized rows.
 
 One program per (128-group, row block, rotated copy), as the prologue's. The norm needs the whole
-row's sum of squares, so each program reads its rows in full: at decode row counts that is a few
-KB from L2 per program, cheaper than the launch and the activation round trip it replaces; above
-PRODUCER_MAX_M the callers run the unfused ops instead.
+row's sum of squares, so each program reads its rows in full: at one row that is a few KB from L2
+per program, cheaper than the launch and the activation round trip it replaces; above
+FUSED_MAX_M the callers run the unfused ops instead.
 """
 
 from __future__ import annotations
@@ -22,7 +22,11 @@ from triton.language.extra import libdevice
 from radiance.kernels.triton import interpreting
 from radiance.kernels.triton.paro_rotate import GROUP, RotTables, givens, outputs, prologue_tile, returned, store_group
 
-PRODUCER_MAX_M = 16  # rows the fused producers take; the decode band they are measured in
+PRODUCER_MAX_M = 16  # rows the kernels take (and are gated on)
+# rows each producer is used for: where the H200 times it below the unfused pair it replaces
+# (bench/bench_producers.py --sites). The norm producer reads its rows once per (group, copy), which
+# costs more than the launch it saves from 4 rows on; the silu-mul one reads nothing twice.
+FUSED_MAX_M = {"norm": 1, "silu_mul": 16}
 ROW_CHUNK = 4096  # elements of the rows a norm program sums per step (BM rows x ROW_CHUNK / BM columns)
 
 
