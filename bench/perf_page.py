@@ -7,13 +7,17 @@ Inputs (each the output of one run, on the device or the CPU machine, committed 
 - serve-*.json: bench/bench_serve.py in prod mode (date, GPU or cpu, commit and versions inside);
 - checks-*.json: bench/serve_compare.py --record (CHECKALL, prod against eval, the CPU reference, JIT compiles);
 - paro-*.jsonl: bench/bench_paro.py rows (the paroquant kernels against cuBLAS and vLLM's int4 kernels);
-- pq2-*.jsonl: bench/bench_pq2.py rows.
+- pq2-*.jsonl: bench/bench_pq2.py rows;
+- producers-layer-*.jsonl / producers-sites-*.jsonl: bench/bench_producers.py rows; serve-producers-*.json:
+  bench/bench_serve.py over the paroquant stacks with the fused producers on and off.
 Every row carries the commit its tree was sent from (BENCH_COMMIT; bench/device_run.sh reads .carry/COMMIT).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import re
 import sys
@@ -195,19 +199,85 @@ def pq2_kernels(path: Path) -> list[str]:
     return out + [""]
 
 
+def _producers_on(run: dict) -> str:
+    # what the launcher set, read back from the compile-cache key it printed (-rs / -rs2 suffixes)
+    key = next((m.group(1) for line in run.get("launcher", []) if (m := re.search(r"compile/([^/ ]+)", line))), "")
+    on = [w for w, suf in (("norms", "-rs"), ("silu-mul", "-rs2")) if re.search(re.escape(suf) + r"(-|$)", key)]
+    return " + ".join(on) or "off"
+
+
+def producers(layer: Path, sites: Path, serve: Path) -> list[str]:
+    from serve_compare import pair  # bench/
+
+    rows = [json.loads(line) for line in layer.read_text().splitlines() if line.strip()]
+    srows = [json.loads(line) for line in sites.read_text().splitlines() if line.strip()]
+    by = {(r["path"], r["M"]): r for r in rows}
+    f = lambda x: "—" if x is None else f"{x:.1f}"  # noqa: E731
+    out = [f"## Fused producers: {rows[0]['gpu']}, {rows[0]['date']}, commits `{_commit(rows)}` (layer), "
+           f"`{_commit(srows)}` (sites)", "",
+           "`bench/bench_producers.py` ([producers.md](producers.md)): one 27B-width decoder layer's four paroquant "
+           "linears (qkv P=3, o, gate_up P=2, down) with the norms and silu*mul that feed them, attention left out; "
+           "µs per layer, median of CUDA-graph replays over layer copies larger than L2. Unfused: inductor's norm and "
+           "silu*mul kernels, then each linear's prologue and GEMM; fused: a producer kernel and the GEMM (the norm "
+           "producer at every M here). Roofline: the four 4.25-bit weights at the streaming-read bandwidth of the "
+           "same run.", "",
+           "| M | W4A16 unfused | W4A16 fused | fused ×unfused | W4A8 unfused | W4A8 fused | cuBLAS bf16 | roofline µs | "
+           "W4A16 fused ×roofline |", "|---" * 9 + "|"]
+    for m in sorted({r["M"] for r in rows}):
+        g = lambda p: (by.get((p, m)) or {}).get("us")  # noqa: E731
+        un, fu = g("layer_unfused"), g("layer_fused")
+        roof = by[("layer_unfused", m)]["roofline_us"]
+        out.append(f"| {m} | {f(un)} | {f(fu)} | {un / fu:.2f} | {f(g('layer_unfused_w4a8'))} | "
+                   f"{f(g('layer_fused_w4a8'))} | {f(g('layer_bf16'))} | {roof:.1f} | {fu / roof:.2f} |")
+    out += ["", "Each site alone (the producer kernel against the unfused pair it replaces, in the format the layer's "
+            f"GEMM reads; the unfused norm is {srows[0]['norm']}'s), µs per call:", "",
+            "| site | P | M | unfused (norm or silu*mul, then prologue) | producer |", "|---|---|---|---|---|"]
+    out += [f"| {r['path'][5:]} | {r['P']} | {r['M']} | {r['unfused_us']:.2f} | {r['fused_us']:.2f} |" for r in srows]
+    r = json.loads(serve.read_text())
+    runs = {k: x for k, x in r["runs"].items() if "error" not in x}
+    off = next(x for x in runs.values() if _producers_on(x) == "off")
+    best = lambda x, c: max(y["tokens_per_s"] for y in (x[c][1:] or x[c]))  # noqa: E731 -- later rounds
+    out += ["", f"Served ({r['gpu']}, {r['date']}, commit `{r['commit'][:10]}`, vLLM {r['versions']['vllm']}, prod mode, "
+            f"`{Path(r['stacks_file']).name}`, the 27B-width model of the serving table): decode tok/s per round; "
+            "×off: the best round after the first (which overlaps the other servers' start-up) against the stack "
+            "with the producers off. This run kept the norm producer to one row.", "",
+            "| stack | producers | c=1 | c=4 | c=16 | c=1 ×off | c=4 ×off | c=16 ×off |", "|---" * 8 + "|"]
+    for name, x in runs.items():
+        cells = [" / ".join(f"{y['tokens_per_s']:.0f}" for y in x[c]) for c in ("c1", "c4", "c16")]
+        cells += [f"{best(x, c) / best(off, c):.2f}" for c in ("c1", "c4", "c16")]
+        out.append(f"| `{name}` | {_producers_on(x)} | " + " | ".join(cells) + " |")
+    off_name = next(k for k, x in runs.items() if x is off)
+    out.append("")
+    for name, x in runs.items():
+        if x is not off:
+            with contextlib.redirect_stdout(io.StringIO()):
+                _, d = pair(serve, name, off_name)
+            d = d[f"{name} vs {off_name}"]
+            out.append(f"- `{name}` against `{off_name}`: prompt logprobs max |Δ| {d['prompt_max']:.3f}, mean "
+                       f"{d['prompt_mean']:.4f} (bounds {d['tolerance']['prompt_max']:.3f} / "
+                       f"{d['tolerance']['prompt_mean']:.4f}: {d['tolerance']['rule']}) -> "
+                       f"{'ok' if d['ok'] else 'FAIL'}; greedy tokens agree {d['greedy_agree']}/{d['greedy_total']} "
+                       "before the first divergence.")
+    return out + [""]
+
+
 def page() -> str:
     lines = ["# Performance", "",
              "Generated by `python bench/perf_page.py` from the latest results in `bench/results/` (one run each, "
              "on the device or the 2-core CPU machine, committed as they came back); do not edit by hand. How the numbers are taken: "
              "[nvidia.md](nvidia.md#measuring).", ""]
     for p in sorted(RESULTS.glob("serve-*.json")):
-        lines += serving(p)
+        if not p.name.startswith("serve-producers-"):
+            lines += serving(p)
     for p in sorted(RESULTS.glob("checks-*.json")):
         lines += checks(p)
     for p in sorted(RESULTS.glob("paro-*.jsonl")):
         lines += kernels(p)
     for p in sorted(RESULTS.glob("pq2-*.jsonl")):
         lines += pq2_kernels(p)
+    for p in sorted(RESULTS.glob("producers-layer-*.jsonl")):
+        gpu = p.name[len("producers-layer-"):-len(".jsonl")]
+        lines += producers(p, RESULTS / f"producers-sites-{gpu}.jsonl", RESULTS / f"serve-producers-{gpu}.json")
     return "\n".join(lines).rstrip() + "\n"
 
 

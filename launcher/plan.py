@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from radiance import paths
-from radiance.arch import vendor
 from radiance.kernels.build import arch_flags, kernel_dir
 from radiance.knobs import KNOBS, checkall_shapes
 from radiance.launcher import plan_checks
@@ -30,15 +29,11 @@ STACK_SPEC = "stack"  # "use the stack's `spec` field"
 # The one home of the eval/prod defaults (docs/stack-file.md describes them).
 MODE_DEFAULTS: dict[str, dict[str, Any]] = {
     # correctness gating: eager (CHECKALL needs it), 32K context, no drafter, no prefix cache
-    "eval": {"enforce_eager": True, "max_model_len": 32768, "prefix_caching": False, "spec": 0, "checkall": True,
-             "producers": False},
-    # serving: compiled graphs, the model's full context, prefix caching, the drafter at `spec`, and
-    # on NVIDIA the fused producers (RADIANCE_PQ_ROT_STREAM / _ROT_STREAM2, plugin/producer_pass.py)
+    "eval": {"enforce_eager": True, "max_model_len": 32768, "prefix_caching": False, "spec": 0, "checkall": True},
+    # serving: compiled graphs, the model's full context, prefix caching, the drafter at `spec`
     "prod": {"enforce_eager": False, "max_model_len": "full", "prefix_caching": True, "spec": STACK_SPEC,
-             "checkall": False, "producers": True},
+             "checkall": False},
 }
-PRODUCER_KNOBS = ("RADIANCE_PQ_ROT_STREAM", "RADIANCE_PQ_ROT_STREAM2")
-PRODUCER_METHODS = frozenset({"paroquant", "paroquant_mxfp4"})  # kernels/ops.PRODUCED["cuda"]
 
 # Knobs read by the launcher itself; they are not handed on to vLLM.
 LAUNCHER_ONLY_KNOBS = frozenset({"RADIANCE_STACKS", "RADIANCE_CHAT_TEMPLATE", "RADIANCE_SPEC",
@@ -140,8 +135,6 @@ def _knob_env(stack: Stack, mode: str, checkall: bool, enforce_eager: bool,
               environ: Mapping[str, str]) -> dict[str, str]:
     ov = stack.mode(mode)
     env = {**stack.env, **ov.env}
-    if MODE_DEFAULTS[mode]["producers"] and vendor(stack.arch) == "nvidia" and stack.quant in PRODUCER_METHODS:
-        env = {**{k: "1" for k in PRODUCER_KNOBS}, **env}  # the stack's own value (and the environment) win
     if checkall and stack.check_shapes:
         env["RADIANCE_PQ_CHECKALL"] = ",".join(stack.check_shapes)
     for k, v in environ.items():  # the environment wins for every registered knob

@@ -23,6 +23,7 @@ def layer(tmp_path_factory, vllm_dist, tiny):
     from vllm.compilation.passes.ir.inplace_functionalization import VllmIRInplaceFunctionalizationPass
 
     _PRE_GRAD.append(VllmIRInplaceFunctionalizationPass(cfg))
+    _CFG.append(cfg)
     yield model.model.layers[0]
     mp.undo()
 
@@ -43,6 +44,7 @@ def _block(layer, h: int):
 
 
 _PRE_GRAD: list = []
+_CFG: list = []
 
 
 def _vllm_pass_context():
@@ -93,3 +95,13 @@ def test_pass_leaves_gated_layers_alone(layer, tiny, monkeypatch):
     with _vllm_pass_context():
         compiled(x, x)
     assert pas.graphs[-1]["left unfused (gated by RADIANCE_PQ_CHECKALL)"] == 2, pas.graphs
+
+
+@pytest.mark.parametrize("name", ["RADIANCE_PQ_ROT_STREAM", "RADIANCE_PQ_ROT_STREAM2"])
+def test_knobs_are_an_error_off_nvidia(layer, monkeypatch, name):
+    from radiance.plugin import producer_pass
+
+    producer_pass.install(_CFG[0])  # both off: nothing to do, nothing said
+    monkeypatch.setenv(name, "1")
+    with pytest.raises(ValueError, match="run on NVIDIA GPUs"):
+        producer_pass.install(_CFG[0])
