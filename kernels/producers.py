@@ -4,7 +4,8 @@ A producer describes the op before the linear (`AddRmsNorm`: residual add + RMSN
 silu(gate) * up) with its inputs. `ops.produced_forward(prep, producer)` runs the two: where the
 platform has a fused producer for the layer's method and the row count is in its band, one kernel
 writes the rotated activations the GEMM reads (kernels/triton/paro_producers.py); elsewhere the
-producer's `plain()` (reference.py's numerics, unfused) feeds the linear's own forward. The plugin's
+producer's `plain()` (the op alone, unfused: reference.py on CPU, one Triton kernel of the same
+numerics on NVIDIA) feeds the linear's own forward. The plugin's
 graph pass (plugin/producer_pass.py) decides which sites run this way; eager runs stay unfused.
 """
 
@@ -17,8 +18,20 @@ import torch
 from radiance.kernels import reference
 
 
+class _Rows:
+    """Rows and dtype of a producer, from the activation tensor it reads (`_input`)."""
+
+    @property
+    def rows(self) -> int:
+        return int(self._input.shape[0])
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._input.dtype
+
+
 @dataclass
-class AddRmsNorm:
+class AddRmsNorm(_Rows):
     """vLLM's rms_norm (residual None) or fused_add_rms_norm before the linear."""
 
     KIND = "norm"
@@ -29,15 +42,16 @@ class AddRmsNorm:
     residual_out: torch.Tensor | None = None  # set by whichever path ran
 
     @property
-    def rows(self) -> int:
-        return int(self.x.shape[0])
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.x.dtype
+    def _input(self) -> torch.Tensor:
+        return self.x
 
     def plain(self) -> torch.Tensor:
-        y, self.residual_out = reference.add_rms_norm(self.x, self.residual, self.weight, self.eps)
+        if self.x.is_cuda:
+            from radiance.kernels.triton import paro_producers
+
+            y, self.residual_out = paro_producers.add_norm(self.x, self.residual, self.weight, self.eps)
+        else:
+            y, self.residual_out = reference.add_rms_norm(self.x, self.residual, self.weight, self.eps)
         return y
 
     def rotated(self, tables, mode: int, trigger: bool = False):
@@ -49,7 +63,7 @@ class AddRmsNorm:
 
 
 @dataclass
-class SiluMul:
+class SiluMul(_Rows):
     """vLLM's SiluAndMul on gu = [gate | up] before the linear (a MLP's down projection)."""
 
     KIND = "silu_mul"
@@ -57,14 +71,14 @@ class SiluMul:
     residual_out: None = None
 
     @property
-    def rows(self) -> int:
-        return int(self.gu.shape[0])
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.gu.dtype
+    def _input(self) -> torch.Tensor:
+        return self.gu
 
     def plain(self) -> torch.Tensor:
+        if self.gu.is_cuda:
+            from radiance.kernels.triton import paro_producers
+
+            return paro_producers.silu_mul(self.gu)
         return reference.silu_mul(self.gu)
 
     def rotated(self, tables, mode: int, trigger: bool = False):

@@ -85,6 +85,29 @@ def warm(prep: ops.PreparedLinear, spec: LinearSpec, device: torch.device, rows:
     bias = torch.randn(spec.n, dtype=dtype, device=device) * 0.1 if spec.bias else None
     for m in rows:
         ops.linear_forward(prep, x[:m], bias)
+    warm_producers(prep, spec, device, bias)
+
+
+def warm_producers(prep: ops.PreparedLinear, spec: LinearSpec, device: torch.device,
+                   bias: torch.Tensor | None = None) -> None:
+    """The fused producers the knobs turn on (RADIANCE_PQ_ROT_STREAM / _ROT_STREAM2), at every row
+    count each runs fused: a layer of this spec may sit after a norm or a silu-mul, so both."""
+    from radiance.kernels.producers import AddRmsNorm, SiluMul
+    from radiance.kernels.triton.paro_producers import FUSED_MAX_M
+    from radiance.knobs import knob
+
+    if not ops.can_produce(prep)[0]:
+        return
+    dtype = getattr(torch, spec.dtype)
+    w = torch.ones(spec.k, dtype=dtype, device=device)
+    for on, kind in ((knob("RADIANCE_PQ_ROT_STREAM") == "1", "norm"), (knob("RADIANCE_PQ_ROT_STREAM2") == "1", "silu_mul")):
+        for m in range(1, FUSED_MAX_M[kind] + 1) if on else ():
+            x = torch.randn(m, spec.k * (2 if kind == "silu_mul" else 1), dtype=dtype, device=device)
+            if kind == "silu_mul":
+                ops.produced_forward(prep, SiluMul(x), bias)
+            else:
+                for res in (x, None):  # fused_add_rms_norm, rms_norm
+                    ops.produced_forward(prep, AddRmsNorm(x, res, w, 1e-6), bias)
 
 
 _WARMED: set[LinearSpec] = set()

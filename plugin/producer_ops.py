@@ -53,7 +53,7 @@ def _out(x: torch.Tensor, key: str) -> torch.Tensor:
 
 
 def _add_rms_norm_linear_fake(x, residual, weight, eps, bias, key):
-    return _out(x, key), torch.empty_like(x)
+    return _out(x, key), x.new_empty(x.shape)  # contiguous, as every path returns it
 
 
 def _rms_norm_linear_fake(x, weight, eps, bias, key):

@@ -17,8 +17,10 @@ cache. vLLM's allreduce + RMSNorm fusion (TP > 1, where it runs) takes its norms
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import operator
+import sys
 from collections import Counter
 
 import torch
@@ -72,7 +74,8 @@ class ProducerPass(InductorPass):
         self.graphs: list[Counter] = []  # what it did to each site, per graph it saw
 
     def uuid(self):
-        return InductorPass.hash_dict({"source": InductorPass.hash_source(self, fusable, _silu_mul),
+        # this module's whole source: a change to any matcher or rewrite recompiles
+        return InductorPass.hash_dict({"source": InductorPass.hash_source(inspect.getsource(sys.modules[__name__])),
                                        "norms": self.norms, "acts": self.acts})
 
     def __call__(self, graph: fx.Graph) -> None:
@@ -115,7 +118,8 @@ def _val(n):
 
 
 def _norm_site(src: fx.Node):
-    """(norm node, its arguments, the residual getitem or None) when src is a norm's output used once."""
+    """(norm node, (x, residual or None, weight, eps), the residual out's getitems) when src is a
+    norm's output used once."""
     if not isinstance(src, fx.Node) or len(src.users) != 1:
         return None
     ir = torch.ops.vllm_ir

@@ -131,3 +131,39 @@ def test_paroquant_kernels_compile_for(arch, monkeypatch):
                     for m in ms:
                         paro_ops.forward(layer, torch.randn(m, k, dtype=_dtype(arch)))
     _check(built, arch, PARO_EXPECT[arch])
+
+
+PRODUCER_SITES = {"qkv_P3": "norm", "down": "silu_mul", "odd_n": "both"}  # the copies P are a grid axis
+
+
+@pytest.mark.parametrize("arch", ["sm_75", "sm_86", "sm_90"])
+def test_producer_kernels_compile_for(arch, monkeypatch):
+    """The fused producers (kernels/triton/paro_producers.py) on every row count each runs fused,
+    before the GEMMs they feed (W4A8 too on sm_86), and their unfused kernels."""
+    from radiance.kernels import paro_ops
+    from radiance.kernels.producers import AddRmsNorm, SiluMul
+    from radiance.kernels.triton import paro_producers as pp
+    from radiance.kernels.triton.paro_producers import FUSED_MAX_M
+    from radiance.testing.offline_compile import compile_only
+
+    dt = _dtype(arch)
+    with compile_only(arch) as built:
+        for i8 in ("0", "1") if arch == "sm_86" else ("0",):  # W4A8's int8 path: the users' sm_80+ card
+            monkeypatch.setenv("RADIANCE_PQ_I8", i8)
+            for name, site in PRODUCER_SITES.items():
+                sizes, k = PARO_SHAPES[name]
+                layer = _paro_layer(sizes, k)
+                if site in ("norm", "both"):
+                    for m in range(1, FUSED_MAX_M["norm"] + 1):
+                        x = torch.randn(m, k, dtype=dt)
+                        paro_ops.forward_produced(layer, AddRmsNorm(x, x, torch.ones(k, dtype=dt), 1e-6))
+                        paro_ops.forward_produced(layer, AddRmsNorm(x, None, torch.ones(k, dtype=dt), 1e-6))
+                if site in ("silu_mul", "both"):
+                    for m in range(1, FUSED_MAX_M["silu_mul"] + 1):
+                        paro_ops.forward_produced(layer, SiluMul(torch.randn(m, 2 * k, dtype=dt)))
+        for k in (5120, 1280):  # the same ops unfused, above the bands (on CPU tensors plain() is the reference)
+            x = torch.randn(40, k, dtype=dt)
+            pp.add_norm(x, x, torch.ones(k, dtype=dt), 1e-6)
+            pp.add_norm(x, None, torch.ones(k, dtype=dt), 1e-6)
+            pp.silu_mul(torch.randn(40, 2 * k, dtype=dt))
+    _check(built, arch, {"_add_norm_rotate_kernel", "_silu_mul_rotate_kernel", "_add_norm_kernel", "_silu_mul_kernel"})

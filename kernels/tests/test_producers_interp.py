@@ -57,6 +57,12 @@ def _main() -> None:
     a, _, _ = pp.silu_mul_rotate(gu, tab, pr.ROT32)
     check("silu_mul_rotate", rnd.rel(a, pr.rotate(reference.silu_mul(gu), tab, pr.ROT32)[0]), 2e-3)
 
+    y, ro = pp.add_norm(x, res, w, 1e-6)  # the unfused kernels (above the fused bands)
+    check("add_norm", rnd.rel(y, normed), 2e-3)
+    check("add_norm residual out (exact)", float((ro.float() - want_r.float()).abs().max()), 0)
+    check("rms_norm", rnd.rel(pp.add_norm(x, None, w, 1e-6)[0], reference.add_rms_norm(x, None, w, 1e-6)[0]), 2e-3)
+    check("silu_mul", rnd.rel(pp.silu_mul(gu), reference.silu_mul(gu)), 2e-3)
+
     layer = paro_ops.prepare(*rnd.merged(parts))
     for m in (1, 3):
         xm, rm = x[:m].contiguous(), res[:m].contiguous()
@@ -65,6 +71,20 @@ def _main() -> None:
               rnd.rel(y, paro_ops.forward(layer, reference.add_rms_norm(xm, rm, w, 1e-6)[0])), 2e-3)
         y = paro_ops.forward_produced(layer, SiluMul(gu[:m].contiguous()))
         check(f"layer after silu_mul_rotate M={m}", rnd.rel(y, paro_ops.forward(layer, reference.silu_mul(gu[:m]))), 2e-3)
+    # the warm-up runs every producer the knobs turn on (here through the NVIDIA plan, interpreted)
+    import os
+
+    from radiance.kernels import ops, warmup
+
+    os.environ["RADIANCE_PQ_ROT_STREAM"] = os.environ["RADIANCE_PQ_ROT_STREAM2"] = "1"
+    spec = warmup.LinearSpec("paroquant", (256,), k, False, "float16")
+    prep = warmup.synthetic(spec, torch.device("cpu"), platform="cuda")
+    calls = []
+    real = ops.PRODUCED["cuda"]["paroquant"]
+    ops.PRODUCED["cuda"]["paroquant"] = lambda *a: calls.append(a[1].KIND) or real(*a)
+    warmup.warm_producers(prep, spec, torch.device("cpu"))
+    check("warm-up producer calls (norm 2 x 1 row, silu-mul 16)",
+          abs(calls.count("norm") - 2) + abs(calls.count("silu_mul") - 16), 0)
     if failures:
         sys.exit(f"failed: {failures}")
     print("checks passed")

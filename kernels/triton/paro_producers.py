@@ -86,6 +86,64 @@ def _silu_mul_rotate_kernel(GU, PARTNER, COS, SSIN, CS, A, S, RS, M, K, G, strid
                 BM, OUT_MODE)
 
 
+@triton.jit
+def _add_norm_kernel(X, R, W, Y, RO, K, eps, stride_xm, stride_rm, HAS_RES: tl.constexpr, CHUNK: tl.constexpr):
+    # the unfused norm, one program per row (above the fused band): the sum of squares, then the rows
+    row = tl.program_id(0)
+    ss = tl.zeros([CHUNK], dtype=tl.float32)
+    for c0 in range(0, K, CHUNK):
+        c = c0 + tl.arange(0, CHUNK)
+        z = tl.load(X + row * stride_xm + c, mask=c < K, other=0.0).to(tl.float32)
+        if HAS_RES:
+            z += tl.load(R + row * stride_rm + c, mask=c < K, other=0.0).to(tl.float32)
+        ss += z * z
+    r = tl.math.rsqrt(tl.sum(ss, axis=0) / K + eps)
+    for c0 in range(0, K, CHUNK):
+        c = c0 + tl.arange(0, CHUNK)
+        z = tl.load(X + row * stride_xm + c, mask=c < K, other=0.0).to(tl.float32)
+        if HAS_RES:
+            z += tl.load(R + row * stride_rm + c, mask=c < K, other=0.0).to(tl.float32)
+            tl.store(RO + row * K + c, z.to(RO.dtype.element_ty), mask=c < K)
+        w = tl.load(W + c, mask=c < K, other=0.0).to(tl.float32)
+        y = (z * r).to(W.dtype.element_ty).to(tl.float32) * w
+        tl.store(Y + row * K + c, y.to(Y.dtype.element_ty), mask=c < K)
+
+
+@triton.jit
+def _silu_mul_kernel(GU, Y, K, stride_m, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
+    # the unfused silu(gate) * up, a block of one row per program
+    row = tl.program_id(0)
+    c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    gate = tl.load(GU + row * stride_m + c, mask=c < K, other=0.0).to(tl.float32)
+    up = tl.load(GU + row * stride_m + K + c, mask=c < K, other=0.0).to(tl.float32)
+    e = tl.exp(-gate) if INTERPRET else libdevice.exp(-gate)
+    act = tl.math.div_rn(gate, 1.0 + e).to(GU.dtype.element_ty).to(tl.float32)
+    tl.store(Y + row * K + c, (act * up).to(Y.dtype.element_ty), mask=c < K)
+
+
+def add_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float):
+    """(normalized x, residual out or None): reference.add_rms_norm's numbers in one kernel."""
+    m, k = x.shape
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    ro = torch.empty_like(y) if residual is not None else None
+    if m:
+        _add_norm_kernel[(m,)](x, residual if residual is not None else x, weight, y, ro if ro is not None else y, k,
+                               eps, x.stride(0), residual.stride(0) if residual is not None else 0,
+                               HAS_RES=residual is not None, CHUNK=min(4096, triton.next_power_of_2(k)), num_warps=8)
+    return y, ro
+
+
+def silu_mul(gu: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for gu = [gate | up]: reference.silu_mul's numbers in one kernel."""
+    m, k2 = gu.shape
+    k = k2 // 2
+    y = torch.empty(m, k, dtype=gu.dtype, device=gu.device)
+    if m:
+        _silu_mul_kernel[(m, triton.cdiv(k, 1024))](gu, y, k, gu.stride(0), BLOCK=1024, INTERPRET=interpreting(),
+                                                     num_warps=4)
+    return y
+
+
 def _check(what: str, x: torch.Tensor, k: int, tables: RotTables) -> None:
     if x.dim() != 2 or x.shape[1] != k or x.stride(1) != 1:
         raise ValueError(f"{what}: expected a row-major [M, {k}] input, got {list(x.shape)} strides {x.stride()}")
