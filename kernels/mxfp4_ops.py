@@ -268,8 +268,8 @@ def forward(layer: Mxfp4Layer, x: torch.Tensor, bias: torch.Tensor | None = None
 def forward_produced(layer: Mxfp4Layer, producer, bias: torch.Tensor | None = None) -> torch.Tensor:
     """forward(layer, the producer's output), its producer fused with the rotation in the decode
     band (kernels/producers.py), unfused above it."""
-    m = producer.rows
-    if not 0 < m <= paro_producers.FUSED_MAX_M[producer.KIND]:
+    if not paro_producers.in_band(producer):
         return forward(layer, producer.plain(), bias=bias)
     a, s = _formatted(layer, producer.rotated)
-    return gemm_rotated(layer, a, s, producer.dtype, tile_for(layer, m), layer.bias if bias is None else bias)
+    return gemm_rotated(layer, a, s, producer.dtype, tile_for(layer, producer.rows),
+                        layer.bias if bias is None else bias)

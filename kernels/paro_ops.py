@@ -178,8 +178,7 @@ def fuses(layer: ParoLayer, producer) -> bool:
     """Whether the producer's rows run fused (kernels/producers.py): in its band
     (paro_producers.FUSED_MAX_M), on a kernel that reads the prologue's output (the scratch path
     reads the activations themselves)."""
-    m = producer.rows
-    return 0 < m <= paro_producers.FUSED_MAX_M[producer.KIND] and kind_for(layer, m) != "scratch"
+    return paro_producers.in_band(producer) and kind_for(layer, producer.rows) != "scratch"
 
 
 def forward_produced(layer: ParoLayer, producer, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -68,7 +68,6 @@ class SiluMul(_Rows):
 
     KIND = "silu_mul"
     gu: torch.Tensor
-    residual_out: None = None
 
     @property
     def _input(self) -> torch.Tensor:

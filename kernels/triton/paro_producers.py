@@ -31,6 +31,27 @@ ROW_CHUNK = 4096  # elements of the rows a norm program sums per step (BM rows x
 
 
 @triton.jit
+def _normed(z, r, w, out_dtype):
+    # vLLM's norm from the fp32 sum z and its rsqrt r: rounded to the weight's dtype, times the
+    # weight, rounded to the activations' (reference.add_rms_norm); fp32 out
+    return ((z * r).to(w.dtype).to(tl.float32) * w.to(tl.float32)).to(out_dtype).to(tl.float32)
+
+
+@triton.jit
+def _silu_mul(gate, up, dtype, INTERPRET: tl.constexpr):
+    # torch's silu: IEEE division by 1 + expf(-x) (libdevice's expf, not the ex2 approximation; the
+    # CPU interpreter has no libdevice), rounded to dtype, then the product rounded; fp32 out
+    e = tl.exp(-gate) if INTERPRET else libdevice.exp(-gate)
+    act = tl.math.div_rn(gate, 1.0 + e).to(dtype).to(tl.float32)
+    return (act * up).to(dtype).to(tl.float32)
+
+
+def in_band(producer) -> bool:
+    """Whether the producer's rows run fused (FUSED_MAX_M); the callers run the ops unfused above."""
+    return 0 < producer.rows <= FUSED_MAX_M[producer.KIND]
+
+
+@triton.jit
 def _add_norm_rotate_kernel(X, R, W, RO, PARTNER, COS, SSIN, CS, A, S, RS, M, K: tl.constexpr, G, eps, stride_xm,
                             stride_rm, KROT: tl.constexpr, BM: tl.constexpr, OUT_MODE: tl.constexpr,
                             HAS_RES: tl.constexpr, TRIGGER: tl.constexpr, CHUNK: tl.constexpr):
@@ -56,8 +77,7 @@ def _add_norm_rotate_kernel(X, R, W, RO, PARTNER, COS, SSIN, CS, A, S, RS, M, K:
         z += tl.load(R + rows[:, None] * stride_rm + kk[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
         if p == 0:  # the residual out, once
             tl.store(RO + rows[:, None] * K + kk[None, :], z.to(RO.dtype.element_ty), mask=rmask[:, None])
-    w = tl.load(W + kk).to(tl.float32)
-    x = ((z * r[:, None]).to(W.dtype.element_ty).to(tl.float32) * w[None, :]).to(X.dtype.element_ty).to(tl.float32)
+    x = _normed(z, r[:, None], tl.load(W + kk)[None, :], X.dtype.element_ty)
     store_group(givens(x, PARTNER, COS, SSIN, CS, p, K, kk, KROT, BM), A, S, RS, rows, cols, rmask, g, p, M, K, G,
                 BM, OUT_MODE)
 
@@ -76,11 +96,7 @@ def _silu_mul_rotate_kernel(GU, PARTNER, COS, SSIN, CS, A, S, RS, M, K, G, strid
     at = GU + rows[:, None] * stride_m + kk[None, :]
     gate = tl.load(at, mask=rmask[:, None], other=0.0).to(tl.float32)
     up = tl.load(at + K, mask=rmask[:, None], other=0.0).to(tl.float32)
-    # torch's silu: IEEE division by 1 + expf(-x) (libdevice's expf, not the ex2 approximation;
-    # the CPU interpreter has no libdevice)
-    e = tl.exp(-gate) if INTERPRET else libdevice.exp(-gate)
-    act = tl.math.div_rn(gate, 1.0 + e).to(GU.dtype.element_ty).to(tl.float32)
-    x = (act * up).to(GU.dtype.element_ty).to(tl.float32)
+    x = _silu_mul(gate, up, GU.dtype.element_ty, INTERPRET)
     p = tl.program_id(2)
     store_group(givens(x, PARTNER, COS, SSIN, CS, p, K, kk, KROT, BM), A, S, RS, rows, cols, rmask, g, p, M, K, G,
                 BM, OUT_MODE)
@@ -104,8 +120,7 @@ def _add_norm_kernel(X, R, W, Y, RO, K, eps, stride_xm, stride_rm, HAS_RES: tl.c
         if HAS_RES:
             z += tl.load(R + row * stride_rm + c, mask=c < K, other=0.0).to(tl.float32)
             tl.store(RO + row * K + c, z.to(RO.dtype.element_ty), mask=c < K)
-        w = tl.load(W + c, mask=c < K, other=0.0).to(tl.float32)
-        y = (z * r).to(W.dtype.element_ty).to(tl.float32) * w
+        y = _normed(z, r, tl.load(W + c, mask=c < K, other=0.0), Y.dtype.element_ty)
         tl.store(Y + row * K + c, y.to(Y.dtype.element_ty), mask=c < K)
 
 
@@ -116,9 +131,7 @@ def _silu_mul_kernel(GU, Y, K, stride_m, BLOCK: tl.constexpr, INTERPRET: tl.cons
     c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     gate = tl.load(GU + row * stride_m + c, mask=c < K, other=0.0).to(tl.float32)
     up = tl.load(GU + row * stride_m + K + c, mask=c < K, other=0.0).to(tl.float32)
-    e = tl.exp(-gate) if INTERPRET else libdevice.exp(-gate)
-    act = tl.math.div_rn(gate, 1.0 + e).to(GU.dtype.element_ty).to(tl.float32)
-    tl.store(Y + row * K + c, (act * up).to(Y.dtype.element_ty), mask=c < K)
+    tl.store(Y + row * K + c, _silu_mul(gate, up, GU.dtype.element_ty, INTERPRET).to(Y.dtype.element_ty), mask=c < K)
 
 
 def add_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float):
