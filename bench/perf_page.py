@@ -218,8 +218,9 @@ def producers(layer: Path, sites: Path, serve: Path) -> list[str]:
            "`bench/bench_producers.py` ([producers.md](producers.md)): one 27B-width decoder layer's four paroquant "
            "linears (qkv P=3, o, gate_up P=2, down) with the norms and silu*mul that feed them, attention left out; "
            "µs per layer, median of CUDA-graph replays over layer copies larger than L2. Unfused: inductor's norm and "
-           "silu*mul kernels, then each linear's prologue and GEMM; fused: a producer kernel and the GEMM (the norm "
-           "producer at every M here). Roofline: the four 4.25-bit weights at the streaming-read bandwidth of the "
+           "silu*mul kernels, then each linear's prologue and GEMM; fused: a producer kernel and the GEMM where the "
+           "producer is fused at that M (`paro_producers.FUSED_MAX_M`: the norm at one row, silu*mul to 16), the "
+           "producers' unfused Triton kernels above. Roofline: the four 4.25-bit weights at the streaming-read bandwidth of the "
            "same run.", "",
            "| M | W4A16 unfused | W4A16 fused | fused ×unfused | W4A8 unfused | W4A8 fused | cuBLAS bf16 | roofline µs | "
            "W4A16 fused ×roofline |", "|---" * 9 + "|"]
