@@ -225,9 +225,20 @@ def _mxfp4_cuda_produced(prep: PreparedLinear, producer: Producer, bias: torch.T
     return mxfp4_ops.forward_produced(prep.data["mxfp4"], producer, bias=bias)  # type: ignore[arg-type]
 
 
+def _rocm_produced(key: str) -> Callable:
+    # the producer computed inside the HIP rotate+quant kernel (pq_produce), then the layer's GEMM
+    def run(prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None) -> torch.Tensor:
+        from radiance.kernels.hip import lib as hip_lib, ops as hip_ops
+
+        return hip_lib.produced_linear(hip_ops.library(), producer, prep.data[key],  # type: ignore[arg-type]
+                                       None if bias is None else bias.to(producer.dtype))
+    return run
+
+
 # platform -> method -> produced_forward(prep, producer, bias): the fused producers (pq2's activation
-# quantizer and gfx1201 have none yet); the plugin's graph pass fuses only the layers listed here
+# quantizer has none yet); the plugin's graph pass fuses only the layers listed here
 PRODUCED: dict[str, dict[str, Callable]] = {
     "cpu": {"paroquant": _unfused, "paroquant_mxfp4": _unfused},
     "cuda": {"paroquant": _paroquant_cuda_produced, "paroquant_mxfp4": _mxfp4_cuda_produced},
+    "rocm": {"paroquant": _rocm_produced("hip"), "paroquant_mxfp4": _rocm_produced(hip_mxfp4.KEY)},
 }

@@ -239,9 +239,9 @@ def install(cfg) -> None:
     from vllm.config import CompilationMode
     from vllm.platforms import current_platform
 
-    if not current_platform.is_cuda():
-        raise ValueError("RADIANCE_PQ_ROT_STREAM / RADIANCE_PQ_ROT_STREAM2=1: the fused producers run on NVIDIA GPUs "
-                         f"(this is {current_platform.device_name}); unset them")
+    if not (current_platform.is_cuda() or current_platform.is_rocm()):
+        raise ValueError("RADIANCE_PQ_ROT_STREAM / RADIANCE_PQ_ROT_STREAM2=1: the fused producers run on NVIDIA and "
+                         f"AMD (gfx1201) GPUs (this is {current_platform.device_name}); unset them")
     if current is not None:
         raise ValueError(f"RADIANCE_PQ_ROT_STREAM / _ROT_STREAM2 need inductor's {POST_PASS}, which this launch already "
                          f"sets to {current!r}; unset the knobs or that option")

@@ -1,8 +1,9 @@
 """ctypes binding of the kernels' C ABI (device pointers + a stream; no torch C++ headers, so the
 start-time build is fast and independent of the torch version) and the torch-level calls.
 
-Imports torch only (never vLLM). `load(path)` once per process; `rotate_quant` / `gemm` (int4) /
-`mxfp4_gemm` / `linear` (either) take torch tensors on the GPU and launch on torch's current stream.
+Imports torch only (never vLLM). `load(path)` once per process; `rotate_quant` / `produce` (its
+input from a fused producer) / `gemm` (int4) / `mxfp4_gemm` / `linear` / `produced_linear` (either)
+take torch tensors on the GPU and launch on torch's current stream.
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ import torch
 
 from radiance.kernels.hip.layout import PreparedParo
 from radiance.kernels.hip.mxfp4_layout import PreparedMxfp4
+from radiance.kernels.producers import AddRmsNorm, Producer
 from radiance.knobs import knob_int
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
 _SIGNATURES = {
     # x, ldx, x_is_bf16, cs, rec, a, asr, M, K, krot, rotations, per_token, stream
     "pq_rotate_quant": [_P, _I, _I, _P, _P, _P, _P, _I, _I, _I, _I, _I, _P],
+    # kind, x, ldx, res, ldr, res_out, w, eps, rinv, x_is_bf16, cs, rec, a, asr, M, K, krot, rotations, per_token,
+    # stream
+    "pq_produce": [_I, _P, _I, _P, _I, _P, _P, ctypes.c_float, _P, _I, _P, _P, _P, _P, _I, _I, _I, _I, _I, _P],
     # a, asr, wq, sz, out, out_is_bf16, partial, M, N, K, pb1, pb2, nsplit, stream
     "pq_int4_fp8_gemm_decode": [_P, _P, _P, _P, _P, _I, _P, _I, _I, _I, _I, _I, _I, _P],
     # a, asr, wq, sz, out, out_is_bf16, M, N, K, pb1, pb2, stream
@@ -96,6 +101,47 @@ def rotate_quant(lib: PqLib, x: torch.Tensor, prep: PreparedParo | PreparedMxfp4
     return a, asr
 
 
+PRODUCER_KINDS = {"norm": 1, "silu_mul": 2}  # pq_produce's kind (pq_rotate_quant.hip's PQ_SRC_*)
+# The norm producer's per-group mode takes each row's RMS inside every (group, rotation) workgroup
+# up to this many rows (one launch, G x R reads of a small row); above, pq_produce launches one
+# kernel for the rows' RMS first (two launches, as unfused, each row read twice). One row is where
+# the NVIDIA producer measured a gain (kernels/triton/paro_producers.FUSED_MAX_M); not measured on gfx1201.
+NORM_INLINE_MAX_M = 1
+
+
+def produce(lib: PqLib, producer: Producer, prep: PreparedParo | PreparedMxfp4,
+            per_token: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """rotate_quant of the producer's output, computed in the same kernel (kernels/producers.py);
+    a norm's residual out lands in producer.residual_out."""
+    k = prep.in_features
+    x = producer.x if isinstance(producer, AddRmsNorm) else producer.gu
+    if x.dtype not in (torch.float16, torch.bfloat16) or x.dim() != 2 or x.stride(1) != 1:
+        raise ValueError(f"produce: the {producer.KIND} input must be a 2-D f16/bf16 tensor with unit inner "
+                         f"stride, got {x.dtype} {tuple(x.shape)} strides {x.stride()}")
+    m = x.shape[0]
+    res = res_out = w = rinv = None
+    eps = 0.0
+    if isinstance(producer, AddRmsNorm):
+        w, eps, res = producer.weight.contiguous(), float(producer.eps), producer.residual
+        if w.dtype != x.dtype or (res is not None and (res.dtype != x.dtype or res.stride(1) != 1)):
+            raise ValueError(f"produce: norm weight {w.dtype} / residual {None if res is None else res.dtype} must be "
+                             f"{x.dtype} with unit inner stride")
+        res_out = torch.empty(m, k, dtype=x.dtype, device=x.device) if res is not None else None
+        if not per_token and m > NORM_INLINE_MAX_M:
+            rinv = torch.empty(m, dtype=torch.float32, device=x.device)
+    r = prep.rotations
+    a = torch.empty(r, m, k, dtype=torch.uint8, device=x.device)
+    asr = torch.empty(r, m, k // 128, 2, dtype=torch.float32, device=x.device)
+    ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
+    lib.call("pq_produce", PRODUCER_KINDS[producer.KIND], x.data_ptr(), x.stride(0), ptr(res),
+             0 if res is None else res.stride(0), ptr(res_out), ptr(w), eps, ptr(rinv), int(x.dtype == torch.bfloat16),
+             prep.cs.data_ptr(), prep.rec.data_ptr(), a.data_ptr(), asr.data_ptr(), m, k, prep.krot, r,
+             int(per_token), _stream(x))
+    if isinstance(producer, AddRmsNorm):
+        producer.residual_out = res_out
+    return a, asr
+
+
 def split_k(m: int, n: int, k: int) -> int:
     """Decode-band split: enough workgroups to fill a 64-CU card, whole groups per slice."""
     blocks = math.ceil(n / 64)
@@ -158,6 +204,15 @@ def mxfp4_gemm(lib: PqLib, a: torch.Tensor, asr: torch.Tensor, prep: PreparedMxf
     return out
 
 
+def _gemm_of(lib: PqLib, a: torch.Tensor, asr: torch.Tensor, prep: PreparedParo | PreparedMxfp4,
+             dtype: torch.dtype, decode: bool, bias: torch.Tensor | None) -> torch.Tensor:
+    if isinstance(prep, PreparedMxfp4):
+        y = mxfp4_gemm(lib, a, asr, prep, dtype, decode=decode, per_token=not decode)
+    else:
+        y = gemm(lib, a, asr, prep, dtype, decode=decode)
+    return y if bias is None else y + bias
+
+
 def linear(lib: PqLib, x: torch.Tensor, prep: PreparedParo | PreparedMxfp4,
            bias: torch.Tensor | None = None) -> torch.Tensor:
     """y = x W^T (+ bias) for x [..., K], int4 or MXFP4 weights: per-group activation scales in the
@@ -168,10 +223,13 @@ def linear(lib: PqLib, x: torch.Tensor, prep: PreparedParo | PreparedMxfp4,
         x2 = x2.contiguous()
     decode = x2.shape[0] <= knob_int("RADIANCE_PQ_DECODE_MAX_M")
     a, asr = rotate_quant(lib, x2, prep, per_token=not decode)
-    if isinstance(prep, PreparedMxfp4):
-        y = mxfp4_gemm(lib, a, asr, prep, x.dtype, decode=decode, per_token=not decode)
-    else:
-        y = gemm(lib, a, asr, prep, x.dtype, decode=decode)
-    if bias is not None:
-        y = y + bias
-    return y.reshape(*lead, prep.out_features)
+    return _gemm_of(lib, a, asr, prep, x.dtype, decode, bias).reshape(*lead, prep.out_features)
+
+
+def produced_linear(lib: PqLib, producer: Producer, prep: PreparedParo | PreparedMxfp4,
+                    bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`linear` of the producer's output [M, K], the producer fused into the rotation (every M: the
+    per-group and the per-token modes both take it)."""
+    decode = producer.rows <= knob_int("RADIANCE_PQ_DECODE_MAX_M")
+    a, asr = produce(lib, producer, prep, per_token=not decode)
+    return _gemm_of(lib, a, asr, prep, producer.dtype, decode, bias)

@@ -43,6 +43,8 @@ static __device__ inline float2 make_float2(float x, float y) { return float2{x,
 #define fmaxf __builtin_fmaxf
 #define fabsf __builtin_fabsf
 #define fmaf __builtin_fmaf
+#define expf __builtin_expf
+#define sqrtf __builtin_sqrtf
 #else
 #include <hip/hip_runtime.h>
 #endif

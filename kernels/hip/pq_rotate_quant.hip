@@ -1,5 +1,6 @@
 // pq_rotate_quant: channel scale + krot Givens layers per 128-group + amax + e4m3 encode +
-// code-domain row sums, one launch.
+// code-domain row sums, one launch. pq_produce: the same, its input computed on the way from the
+// op before the linear (the fused producers): residual add + RMSNorm, or silu(gate) * up.
 //
 // Layout (kernels/hip/layout.py `prepare` writes the inputs):
 //   x    [M, K] f16 or bf16          activations (row stride ldx elements)
@@ -16,6 +17,11 @@
 // Per-token mode (above the decode band): the scale is a row max, so a wave owns a whole row:
 // pass 1 rotates every group for its amax, pass 2 rotates again and encodes (rotating twice is
 // cheaper than holding K floats per row in LDS).
+// Producers (SRC): the value a lane rotates is computed from the producer's inputs where the plain
+// kernel loads x, with reference.add_rms_norm / silu_mul's roundings. The norm needs the row's sum
+// of squares first: the wave owning a token reads the row once for it (per-group mode: every
+// group's workgroup does, the row is small and L2-resident at decode). Rotation 0 writes the
+// residual out, each channel once.
 // Arithmetic follows kernels/reference.py exactly (products rounded separately, x / scale), so
 // codes and scales are byte-identical to the reference quantizers (e4m3(-0) is written as +0).
 #include "pq_compat.h"
@@ -33,6 +39,101 @@ PQ_DEV void pq_load4(const uint16_t* p, float v[4]) {
                          (uint16_t)(w.y >> 16)};
 #pragma unroll
   for (int e = 0; e < 4; ++e) v[e] = BF16 ? pq_bf2f(h[e]) : pq_h2f(h[e]);
+}
+
+#define PQ_SRC_X 0     // x as given
+#define PQ_SRC_NORM 1  // rms_norm(x [+ residual]) * weight (vLLM's rms_norm / fused_add_rms_norm)
+#define PQ_SRC_SILU 2  // silu(gate) * up, x = [gate | up] rows of 2K
+
+struct pq_src {
+  const uint16_t* x;  // rows of the input (ldx elements apart)
+  int ldx;
+  const uint16_t* res;  // NORM: the residual added to x first, or null (ldr elements apart)
+  int ldr;
+  uint16_t* res_out;    // NORM with res: x + res rounded, [M, K] dense
+  const uint16_t* w;    // NORM: the norm weight, x's dtype
+  float eps;
+  const float* rinv;  // NORM: each row's 1 / rms, from pq_rms_rinv first; null: each wave takes its row's
+};
+
+template <bool BF16>
+PQ_DEV float pq_round(float v) {  // to the activation dtype and back
+  return BF16 ? pq_bf2f(pq_f2bf(v)) : pq_h2f(pq_f2h(v));
+}
+
+// NORM: the fp32 sum z = x + res of 4 channels at c
+template <bool BF16>
+PQ_DEV void pq_sum4(const pq_src& s, int m, int c, float z[4]) {
+  pq_load4<BF16>(s.x + (size_t)m * s.ldx + c, z);
+  if (s.res) {
+    float r[4];
+    pq_load4<BF16>(s.res + (size_t)m * s.ldr + c, r);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) z[e] = pq_add_rn(z[e], r[e]);
+  }
+}
+
+// NORM: 1 / sqrt(mean(z^2) + eps) of row m, the whole wave (lanes stride the row by 4 channels)
+template <bool BF16, int SRC>
+PQ_DEV float pq_row_rinv(const pq_src& s, int m, int K) {
+  if (SRC != PQ_SRC_NORM) return 1.f;
+  float ss = 0.f;
+  for (int c = 4 * pq_lane(); c < K; c += 128) {
+    float z[4];
+    pq_sum4<BF16>(s, m, c, z);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) ss = fmaf(z[e], z[e], ss);
+  }
+  return pq_div_rn(1.f, sqrtf(pq_add_rn(pq_div_rn(pq_wave_sum(ss), (float)K), s.eps)));
+}
+
+template <bool BF16, int SRC>
+PQ_DEV float pq_token_rinv(const pq_src& s, int m, int K) {
+  return SRC == PQ_SRC_NORM && s.rinv ? s.rinv[m] : pq_row_rinv<BF16, SRC>(s, m, K);
+}
+
+// One wave per row: the rows' 1 / rms for the per-group producer above one row, where every
+// (group, rotation) workgroup taking it again would read each row G x R times.
+template <bool BF16>
+PQ_DEV void pq_rms_rinv_body(const pq_src s, float* rinv, int M, int K) {
+  const int m = pq_bid_x() * PQ_WAVES + (pq_tid() >> 5);
+  if (m >= M) return;
+  const float r = pq_row_rinv<BF16, PQ_SRC_NORM>(s, m, K);
+  if (pq_lane() == 0) rinv[m] = r;
+}
+
+// The 4 input channels at c of row m, as the unfused op would have written them (rounded to the
+// dtype). write_res: store the residual out of these channels.
+template <bool BF16, int SRC>
+PQ_DEV void pq_source4(const pq_src& s, int m, int c, int K, float rinv, bool write_res, float v[4]) {
+  if (SRC == PQ_SRC_X) {
+    pq_load4<BF16>(s.x + (size_t)m * s.ldx + c, v);
+  } else if (SRC == PQ_SRC_SILU) {
+    float g[4], u[4];
+    pq_load4<BF16>(s.x + (size_t)m * s.ldx + c, g);
+    pq_load4<BF16>(s.x + (size_t)m * s.ldx + K + c, u);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float silu = pq_div_rn(g[e], pq_add_rn(1.f, expf(-g[e])));
+      v[e] = pq_round<BF16>(pq_mul_rn(pq_round<BF16>(silu), u[e]));
+    }
+  } else {
+    float z[4], w[4];
+    pq_sum4<BF16>(s, m, c, z);
+    pq_load4<BF16>(s.w + c, w);
+    uint16_t h[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      h[e] = BF16 ? pq_f2bf(z[e]) : pq_f2h(z[e]);
+      v[e] = pq_round<BF16>(pq_mul_rn(pq_round<BF16>(pq_mul_rn(z[e], rinv)), w[e]));
+    }
+    if (write_res && s.res_out) {
+      uint2 o;
+      o.x = (uint32_t)h[0] | ((uint32_t)h[1] << 16);
+      o.y = (uint32_t)h[2] | ((uint32_t)h[3] << 16);
+      *reinterpret_cast<uint2*>(s.res_out + (size_t)m * K + c) = o;
+    }
+  }
 }
 
 // Rotate one token's group in place: v holds this lane's channels 4*lane .. 4*lane+3 on entry
@@ -88,8 +189,8 @@ PQ_DEV float pq_encode4(const float v[4], float a, uint8_t* dst) {
   return sum;
 }
 
-template <bool BF16, bool PTOK>
-PQ_DEV void pq_rotate_quant_body(const uint16_t* __restrict__ x, int ldx, const float* __restrict__ cs,
+template <bool BF16, bool PTOK, int SRC>
+PQ_DEV void pq_rotate_quant_body(const pq_src src, const float* __restrict__ cs,
                                  const pq_rec* __restrict__ rec, uint8_t* __restrict__ a,
                                  float2* __restrict__ asr, int M, int K, int krot) {
   __shared__ float xs_all[PQ_WAVES][128];
@@ -115,7 +216,7 @@ PQ_DEV void pq_rotate_quant_body(const uint16_t* __restrict__ x, int ldx, const 
       const int m = m_begin + t * PQ_WAVES + wave;
       if (m >= M) break;  // wave-uniform
       float v[4];
-      pq_load4<BF16>(x + (size_t)m * ldx + c0, v);
+      pq_source4<BF16, SRC>(src, m, c0, K, pq_token_rinv<BF16, SRC>(src, m, K), rot == 0, v);
 #pragma unroll
       for (int e = 0; e < 4; ++e) v[e] = pq_mul_rn(v[e], csv[e]);
       pq_givens(v, xs, rr, krot);
@@ -131,11 +232,12 @@ PQ_DEV void pq_rotate_quant_body(const uint16_t* __restrict__ x, int ldx, const 
     const int m = pq_bid_y() * PQ_WAVES + wave;
     if (m >= M) return;  // no workgroup barrier below
     float amax = 0.f;
+    const float rinv = pq_token_rinv<BF16, SRC>(src, m, K);
     for (int g = 0; g < G; ++g) {  // pass 1: the row's amax
       pq_load_rec(rr, rec, krot, K, g);
       const int c0 = g * 128 + 4 * lane;
       float v[4];
-      pq_load4<BF16>(x + (size_t)m * ldx + c0, v);
+      pq_source4<BF16, SRC>(src, m, c0, K, rinv, rot == 0, v);
 #pragma unroll
       for (int e = 0; e < 4; ++e) v[e] = pq_mul_rn(v[e], cs[c0 + e]);
       pq_givens(v, xs, rr, krot);
@@ -148,7 +250,7 @@ PQ_DEV void pq_rotate_quant_body(const uint16_t* __restrict__ x, int ldx, const 
       pq_load_rec(rr, rec, krot, K, g);
       const int c0 = g * 128 + 4 * lane;
       float v[4];
-      pq_load4<BF16>(x + (size_t)m * ldx + c0, v);
+      pq_source4<BF16, SRC>(src, m, c0, K, rinv, false, v);
 #pragma unroll
       for (int e = 0; e < 4; ++e) v[e] = pq_mul_rn(v[e], cs[c0 + e]);
       pq_givens(v, xs, rr, krot);
@@ -158,38 +260,86 @@ PQ_DEV void pq_rotate_quant_body(const uint16_t* __restrict__ x, int ldx, const 
   }
 }
 
-#define PQ_ROTQ_KERNEL(NAME, BF16, PTOK)                                                              \
+#define PQ_ROTQ_KERNEL(NAME, BF16, PTOK, SRC)                                                         \
   extern "C" __global__ void __launch_bounds__(32 * PQ_WAVES)                                        \
-      NAME(const uint16_t* x, int ldx, const float* cs, const pq_rec* rec, uint8_t* a, float2* asr, \
-           int M, int K, int krot) {                                                                 \
-    pq_rotate_quant_body<BF16, PTOK>(x, ldx, cs, rec, a, asr, M, K, krot);                          \
+      NAME(const pq_src src, const float* cs, const pq_rec* rec, uint8_t* a, float2* asr, int M, int K,  \
+           int krot) {                                                                               \
+    pq_rotate_quant_body<BF16, PTOK, SRC>(src, cs, rec, a, asr, M, K, krot);                         \
   }
-PQ_ROTQ_KERNEL(pq_rotate_quant_f16_group, false, false)
-PQ_ROTQ_KERNEL(pq_rotate_quant_bf16_group, true, false)
-PQ_ROTQ_KERNEL(pq_rotate_quant_f16_token, false, true)
-PQ_ROTQ_KERNEL(pq_rotate_quant_bf16_token, true, true)
+#define PQ_ROTQ_KERNELS(SUFFIX, SRC)                                       \
+  PQ_ROTQ_KERNEL(pq_##SUFFIX##_f16_group, false, false, SRC)               \
+  PQ_ROTQ_KERNEL(pq_##SUFFIX##_bf16_group, true, false, SRC)               \
+  PQ_ROTQ_KERNEL(pq_##SUFFIX##_f16_token, false, true, SRC)                \
+  PQ_ROTQ_KERNEL(pq_##SUFFIX##_bf16_token, true, true, SRC)
+PQ_ROTQ_KERNELS(rotate_quant, PQ_SRC_X)
+PQ_ROTQ_KERNELS(add_rms_rotate_quant, PQ_SRC_NORM)
+PQ_ROTQ_KERNELS(silu_mul_rotate_quant, PQ_SRC_SILU)
+extern "C" __global__ void __launch_bounds__(32 * PQ_WAVES) pq_rms_rinv_f16(const pq_src s, float* rinv, int M, int K) {
+  pq_rms_rinv_body<false>(s, rinv, M, K);
+}
+extern "C" __global__ void __launch_bounds__(32 * PQ_WAVES) pq_rms_rinv_bf16(const pq_src s, float* rinv, int M, int K) {
+  pq_rms_rinv_body<true>(s, rinv, M, K);
+}
 
 #if !defined(PQ_NO_GPU_INCLUDES)
 #include "pq_launch.h"
+#define PQ_ROTQ_LAUNCH(SUFFIX)                                                                        \
+  if (bf16 && per_token) pq_##SUFFIX##_bf16_token<<<grid, block, 0, st>>>(src, cs, rp, a, ap, M, K, krot); \
+  else if (bf16) pq_##SUFFIX##_bf16_group<<<grid, block, 0, st>>>(src, cs, rp, a, ap, M, K, krot);         \
+  else if (per_token) pq_##SUFFIX##_f16_token<<<grid, block, 0, st>>>(src, cs, rp, a, ap, M, K, krot);     \
+  else pq_##SUFFIX##_f16_group<<<grid, block, 0, st>>>(src, cs, rp, a, ap, M, K, krot);
+
+static int pq_rotq_launch(int kind, const pq_src& src, int bf16, const float* cs, const void* rec, uint8_t* a,
+                          float* asr, int M, int K, int krot, int rotations, int per_token, void* stream) {
+  if (M <= 0) return 0;
+  if (K % 128 || krot < 1 || krot > PQ_MAX_KROT || rotations < 1 || src.ldx % 4 || src.ldr % 4) return PQ_EINVAL;
+  const dim3 block(32 * PQ_WAVES);
+  const dim3 grid = per_token ? dim3(1, (M + PQ_WAVES - 1) / PQ_WAVES, rotations)
+                              : dim3(K / 128, (M + PQ_WAVES * PQ_TOK_PER_WAVE - 1) / (PQ_WAVES * PQ_TOK_PER_WAVE),
+                                     rotations);
+  const pq_rec* rp = (const pq_rec*)rec;
+  float2* ap = (float2*)asr;
+  const pq_stream st = (pq_stream)stream;
+  if (kind == PQ_SRC_X) {
+    PQ_ROTQ_LAUNCH(rotate_quant)
+  } else if (kind == PQ_SRC_NORM) {
+    PQ_ROTQ_LAUNCH(add_rms_rotate_quant)
+  } else if (kind == PQ_SRC_SILU) {
+    PQ_ROTQ_LAUNCH(silu_mul_rotate_quant)
+  } else {
+    return PQ_EINVAL;
+  }
+  return pq_last_error();
+}
+
 // C ABI: device pointers + stream; returns 0 or the runtime's error code.
 extern "C" int pq_rotate_quant(const void* x, int ldx, int x_is_bf16, const float* cs, const void* rec,
                                uint8_t* a, float* asr, int M, int K, int krot, int rotations,
                                int per_token, void* stream) {
+  const pq_src src{(const uint16_t*)x, ldx, nullptr, 0, nullptr, nullptr, 0.f, nullptr};
+  return pq_rotq_launch(PQ_SRC_X, src, x_is_bf16, cs, rec, a, asr, M, K, krot, rotations, per_token, stream);
+}
+
+// The fused producers: kind 1 = residual add (res may be null) + RMSNorm with w, eps, writing
+// x + res to res_out (dense [M, K]) when res is given; kind 2 = silu(gate) * up of x = [gate | up].
+// rinv: M floats for the norm's per-row 1 / rms, taken by a launch of its own first (null: each
+// wave takes its row's inside the producer).
+extern "C" int pq_produce(int kind, const void* x, int ldx, const void* res, int ldr, void* res_out,
+                          const void* w, float eps, float* rinv, int x_is_bf16, const float* cs,
+                          const void* rec, uint8_t* a, float* asr, int M, int K, int krot, int rotations,
+                          int per_token, void* stream) {
+  if (kind == PQ_SRC_NORM && (w == nullptr || (res != nullptr) != (res_out != nullptr))) return PQ_EINVAL;
+  if (kind != PQ_SRC_NORM && kind != PQ_SRC_SILU) return PQ_EINVAL;
   if (M <= 0) return 0;
-  if (K % 128 || krot < 1 || krot > PQ_MAX_KROT || rotations < 1 || ldx % 4) return PQ_EINVAL;
-  const dim3 block(32 * PQ_WAVES);
-  const uint16_t* xp = (const uint16_t*)x;
-  const pq_rec* rp = (const pq_rec*)rec;
-  float2* ap = (float2*)asr;
-  if (!per_token) {
-    const dim3 grid(K / 128, (M + PQ_WAVES * PQ_TOK_PER_WAVE - 1) / (PQ_WAVES * PQ_TOK_PER_WAVE), rotations);
-    if (x_is_bf16) pq_rotate_quant_bf16_group<<<grid, block, 0, (pq_stream)stream>>>(xp, ldx, cs, rp, a, ap, M, K, krot);
-    else pq_rotate_quant_f16_group<<<grid, block, 0, (pq_stream)stream>>>(xp, ldx, cs, rp, a, ap, M, K, krot);
-  } else {
-    const dim3 grid(1, (M + PQ_WAVES - 1) / PQ_WAVES, rotations);
-    if (x_is_bf16) pq_rotate_quant_bf16_token<<<grid, block, 0, (pq_stream)stream>>>(xp, ldx, cs, rp, a, ap, M, K, krot);
-    else pq_rotate_quant_f16_token<<<grid, block, 0, (pq_stream)stream>>>(xp, ldx, cs, rp, a, ap, M, K, krot);
+  if (K % 128 || ldx % 4 || (res && ldr % 4)) return PQ_EINVAL;
+  pq_src src{(const uint16_t*)x, ldx, (const uint16_t*)res, res ? ldr : 0, (uint16_t*)res_out,
+             (const uint16_t*)w, eps, nullptr};
+  if (kind == PQ_SRC_NORM && rinv) {
+    const dim3 grid((M + PQ_WAVES - 1) / PQ_WAVES), block(32 * PQ_WAVES);
+    if (x_is_bf16) pq_rms_rinv_bf16<<<grid, block, 0, (pq_stream)stream>>>(src, rinv, M, K);
+    else pq_rms_rinv_f16<<<grid, block, 0, (pq_stream)stream>>>(src, rinv, M, K);
+    src.rinv = rinv;
   }
-  return pq_last_error();
+  return pq_rotq_launch(kind, src, x_is_bf16, cs, rec, a, asr, M, K, krot, rotations, per_token, stream);
 }
 #endif

@@ -1,5 +1,6 @@
 """The HIP sources compile for gfx1201 with Debian's clang-19 (device only): the GEMM kernels (int4
-and MXFP4) hold the fp8 WMMA, no kernel spills to scratch, and a failing build reports the compiler's
+and MXFP4) hold the fp8 WMMA, the rotation kernels (the fused producers too) none, no kernel spills
+to scratch, and a failing build reports the compiler's
 message."""
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import pytest
 from radiance.kernels.hip.build import SRC_DIR, HipBuildError, HipToolchainMissing, compile_hip
 from radiance.testing.tools import require_tool
 
-ROTATE = [f"pq_rotate_quant_{t}_{m}" for t in ("f16", "bf16") for m in ("group", "token")]
+# the rotation prologue and its fused producers (residual add + RMSNorm, silu-mul)
+ROTATE = [f"pq_{p}_{t}_{m}" for p in ("rotate_quant", "add_rms_rotate_quant", "silu_mul_rotate_quant")
+          for t in ("f16", "bf16") for m in ("group", "token")] + ["pq_rms_rinv_f16", "pq_rms_rinv_bf16"]
 GEMM = [f"pq_int4_fp8_gemm_decode_m{mt}_{o}" for mt in (1, 2, 4) for o in ("f16", "bf16", "f32")] + [
     f"pq_int4_fp8_gemm_prefill_{o}" for o in ("f16", "bf16")
 ]

@@ -22,3 +22,5 @@ static __host__ __device__ inline float2 make_float2(float x, float y) { return 
 #define fmaxf __builtin_fmaxf
 #define fabsf __builtin_fabsf
 #define fmaf __builtin_fmaf
+#define expf __builtin_expf
+#define sqrtf __builtin_sqrtf
