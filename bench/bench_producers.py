@@ -115,6 +115,23 @@ def bench_sites(gen, emit) -> None:
                   "fused_us": round(fu, 2), "norm": norm_label})
             print(f"site {name} P={tab.parts} M={m} mode {mode}: unfused ({norm_label} norm / silu-mul + prologue) "
                   f"{un:.2f} us, producer {fu:.2f} us", flush=True)
+    from radiance.kernels import pq2_ops
+
+    for name, k in (("gate_up", H), ("down", I)):  # pq2: its activation quantizer computing the op
+        w = torch.ones(k, device="cuda").bfloat16()
+        for m in (1, 4, 16):
+            if name == "down":
+                gu = torch.randn(m, 2 * k, device="cuda", generator=gen).bfloat16()
+                un = graph_time([lambda: pq2_ops.quantize_activations(act(gu), True)] * 20)
+                fu = graph_time([lambda: pq2_ops.quantize_activations(gu, True, producer=SiluMul(gu))] * 20)
+            else:
+                x, r = (torch.randn(m, k, device="cuda", generator=gen).bfloat16() for _ in range(2))
+                un = graph_time([lambda: pq2_ops.quantize_activations(norm(x, r, w)[0], True)] * 20)
+                fu = graph_time([lambda: pq2_ops.quantize_activations(x, True, producer=AddRmsNorm(x, r, w, 1e-6))] * 20)
+            emit({"path": f"pq2_site_{name}", "M": m, "unfused_us": round(un, 2), "fused_us": round(fu, 2),
+                  "norm": norm_label})
+            print(f"pq2 site {name} M={m}: unfused ({norm_label} norm / silu-mul + quantizer) {un:.2f} us, "
+                  f"producer {fu:.2f} us", flush=True)
 
 
 def marlin_copies(gen):

@@ -210,7 +210,9 @@ def producers(layer: Path, sites: Path, serve: Path) -> list[str]:
     from serve_compare import pair  # bench/
 
     rows = [json.loads(line) for line in layer.read_text().splitlines() if line.strip()]
-    srows = [json.loads(line) for line in sites.read_text().splitlines() if line.strip()]
+    allsites = [json.loads(line) for line in sites.read_text().splitlines() if line.strip()]
+    srows = [r for r in allsites if r["path"].startswith("site_")]
+    qrows = [r for r in allsites if r["path"].startswith("pq2_site_")]
     by = {(r["path"], r["M"]): r for r in rows}
     f = lambda x: "—" if x is None else f"{x:.1f}"  # noqa: E731
     out = [f"## Fused producers: {rows[0]['gpu']}, {rows[0]['date']}, commits `{_commit(rows)}` (layer), "
@@ -234,6 +236,11 @@ def producers(layer: Path, sites: Path, serve: Path) -> list[str]:
             f"GEMM reads; the unfused norm is {srows[0]['norm']}'s), µs per call:", "",
             "| site | P | M | unfused (norm or silu*mul, then prologue) | producer |", "|---|---|---|---|---|"]
     out += [f"| {r['path'][5:]} | {r['P']} | {r['M']} | {r['unfused_us']:.2f} | {r['fused_us']:.2f} |" for r in srows]
+    if qrows:
+        out += ["", "pq2: its int8 activation quantizer computing the norm or silu*mul (every M here; served at the "
+                "same bands as paroquant's), against the unfused op then the quantizer, µs per call:", "",
+                "| site | M | unfused (norm or silu*mul, then quantizer) | producer |", "|---|---|---|---|"]
+        out += [f"| {r['path'][9:]} | {r['M']} | {r['unfused_us']:.2f} | {r['fused_us']:.2f} |" for r in qrows]
     r = json.loads(serve.read_text())
     runs = {k: x for k, x in r["runs"].items() if "error" not in x}
     off = next(x for x in runs.values() if _producers_on(x) == "off")

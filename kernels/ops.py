@@ -225,6 +225,13 @@ def _mxfp4_cuda_produced(prep: PreparedLinear, producer: Producer, bias: torch.T
     return mxfp4_ops.forward_produced(prep.data["mxfp4"], producer, bias=bias)  # type: ignore[arg-type]
 
 
+def _pq2_cuda_produced(prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None) -> torch.Tensor:
+    from radiance.kernels import pq2_ops
+
+    y = pq2_ops.forward_produced(prep.data["pq2"], producer)  # type: ignore[arg-type]
+    return y if bias is None else y + bias.to(y.dtype)
+
+
 def _rocm_produced(key: str) -> Callable:
     # the producer computed inside the HIP rotate+quant kernel (pq_produce), then the layer's GEMM
     def run(prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None) -> torch.Tensor:
@@ -235,10 +242,10 @@ def _rocm_produced(key: str) -> Callable:
     return run
 
 
-# platform -> method -> produced_forward(prep, producer, bias): the fused producers (pq2's activation
-# quantizer has none yet); the plugin's graph pass fuses only the layers listed here
+# platform -> method -> produced_forward(prep, producer, bias): the fused producers (into the rotation
+# prologue, or pq2's activation quantizer); the plugin's graph pass fuses only the layers listed here
 PRODUCED: dict[str, dict[str, Callable]] = {
-    "cpu": {"paroquant": _unfused, "paroquant_mxfp4": _unfused},
-    "cuda": {"paroquant": _paroquant_cuda_produced, "paroquant_mxfp4": _mxfp4_cuda_produced},
+    "cpu": {"paroquant": _unfused, "paroquant_mxfp4": _unfused, "pq2": _unfused},
+    "cuda": {"paroquant": _paroquant_cuda_produced, "paroquant_mxfp4": _mxfp4_cuda_produced, "pq2": _pq2_cuda_produced},
     "rocm": {"paroquant": _rocm_produced("hip"), "paroquant_mxfp4": _rocm_produced(hip_mxfp4.KEY)},
 }

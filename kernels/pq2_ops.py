@@ -22,10 +22,12 @@ from radiance.kernels import pq2_table as table
 from radiance.kernels.launch import INTERPRET, Launch
 from radiance.kernels.pdl import enabled as pdl_enabled
 from radiance.kernels.pq2_prefill import run_gluon_wgmma, run_gluon_ws
+from radiance.kernels.producers import AddRmsNorm, Producer, SiluMul
 from radiance.kernels.triton.pq2_common import ROW_BLOCK, reduce_splits
 from radiance.kernels.triton.pq2_gemv import pq2_gemv_dp4a
 from radiance.kernels.triton.pq2_legacy import pq2_legacy_gemm
 from radiance.kernels.triton.pq2_planes import pq2_planes_gemm
+from radiance.kernels.triton.paro_producers import in_band
 from radiance.kernels.triton.pq2_quant import GROUP, _quant_groups, quant_grid
 from radiance.kernels.triton.pq2_skinny import skinny_splitk_gemm
 from radiance.kernels.triton.split_finish import stream_programs
@@ -100,21 +102,36 @@ def _capability(device: torch.device) -> tuple[int, int]:
     return gpu.capability(device) or (8, 0)
 
 
-def quantize_activations(x2: torch.Tensor, planes: bool, layer: Pq2Layer | None = None, trigger: bool = False):
+def quantize_activations(x2: torch.Tensor, planes: bool, layer: Pq2Layer | None = None, trigger: bool = False,
+                         producer: Producer | None = None):
     """x [M, K] -> (q int8 [M, K] natural or plane order, a f32 [M, G], t int32 [M, G]).
-    trigger: the GEMM launched next depends on it programmatically (kernels/pdl.py)."""
-    m, k = x2.shape
+    trigger: the GEMM launched next depends on it programmatically (kernels/pdl.py). producer: x is
+    that op's output, computed in the same kernel (x2 its input: the norm's x, silu-mul's [gate | up])."""
+    m = x2.shape[0]
+    k = x2.shape[1] // 2 if isinstance(producer, SiluMul) else x2.shape[1]
     q = torch.empty((m, k), dtype=torch.int8, device=x2.device)
     a = torch.empty((m, k // GROUP), dtype=torch.float32, device=x2.device)
     t = torch.empty((m, k // GROUP), dtype=torch.int32, device=x2.device)
-    key = ("quant", planes, x2.dtype, x2.data_ptr() % 16 == 0, x2.stride(0) % 16 == 0, trigger)
+    src, has_res, norm_args = 0, False, (x2, x2, x2, 0.0, 0)  # R, W, RO, eps, stride_rm: unread unless a norm
+    if isinstance(producer, SiluMul):
+        src = 2
+    elif isinstance(producer, AddRmsNorm):
+        res = producer.residual
+        src, has_res = 1, res is not None
+        producer.residual_out = torch.empty_like(x2) if has_res else None
+        norm_args = (res if has_res else x2, producer.weight, producer.residual_out if has_res else x2,
+                     float(producer.eps), res.stride(0) if has_res else 0)
+    # the compiled kernel is reused directly: key it on every alignment Triton specializes on
+    aligned = tuple(t.data_ptr() % 16 == 0 for t in norm_args[:3]) + (norm_args[4] % 16 == 0,)
+    key = ("quant", planes, x2.dtype, x2.data_ptr() % 16 == 0, x2.stride(0) % 16 == 0, trigger, src, has_res, aligned)
 
     def make():
-        return Launch(_quant_groups, {"GB": QUANT_GB, "PLANES": planes, "HW_RINT": not INTERPRET,
-                                       "TRIGGER": trigger}, 4, 1)
+        return Launch(_quant_groups, {"GB": QUANT_GB, "PLANES": planes, "HW_RINT": not INTERPRET, "TRIGGER": trigger,
+                                       "SRC": src, "HAS_RES": has_res, "CHUNK": min(4096, triton.next_power_of_2(k)),
+                                       "INTERPRET": INTERPRET}, 4, 1)
 
     launch = layer.plan(key, make) if layer is not None else make()
-    launch(quant_grid(m, k, QUANT_GB), x2, q, a, t, m, k, x2.stride(0))
+    launch(quant_grid(m, k, QUANT_GB), x2, q, a, t, m, k, x2.stride(0), *norm_args)
     return q, a, t
 
 
@@ -144,6 +161,22 @@ def forward(layer: Pq2Layer, x: torch.Tensor, path: str | None = None, tile: tab
     q, a, t = quantize_activations(x2, planes=path != "legacy", layer=layer, trigger=dep)
     gemm_quantized(layer, path, tile, q, a, t, y, pdl=dep)
     return y.reshape(*lead, layer.n)
+
+
+def forward_produced(layer: Pq2Layer, producer: Producer) -> torch.Tensor:
+    """forward(layer, the producer's output), the producer computed inside the activation quantizer
+    where it runs fused (paro_producers.in_band: the norm at one row, silu-mul to 16; the norm's
+    programs each take the row's sum of squares), else its unfused kernel, then forward."""
+    if not in_band(producer):
+        return forward(layer, producer.plain())
+    x2 = producer.x if isinstance(producer, AddRmsNorm) else producer.gu
+    m = producer.rows
+    y = torch.empty((m, layer.n), dtype=producer.dtype, device=x2.device)
+    path, tile = choose(layer, m, x2.device)
+    dep = launches_dependent(path, m, x2.device)
+    q, a, t = quantize_activations(x2, planes=path != "legacy", layer=layer, trigger=dep, producer=producer)
+    gemm_quantized(layer, path, tile, q, a, t, y, pdl=dep)
+    return y
 
 
 def choose(layer: Pq2Layer, m: int, device: torch.device, path: str | None = None,

@@ -139,8 +139,9 @@ PRODUCER_SITES = {"qkv_P3": "norm", "down": "silu_mul", "odd_n": "both"}  # the 
 @pytest.mark.parametrize("arch", ["sm_75", "sm_86", "sm_90"])
 def test_producer_kernels_compile_for(arch, monkeypatch):
     """The fused producers (kernels/triton/paro_producers.py) on every row count each runs fused,
-    before the GEMMs they feed (W4A8 too on sm_86), and their unfused kernels."""
-    from radiance.kernels import paro_ops
+    before the GEMMs they feed (W4A8 too on sm_86), their unfused kernels, and pq2's (its activation
+    quantizer computing the norm or silu-mul)."""
+    from radiance.kernels import paro_ops, pq2_ops
     from radiance.kernels.producers import AddRmsNorm, SiluMul
     from radiance.kernels.triton import paro_producers as pp
     from radiance.kernels.triton.paro_producers import FUSED_MAX_M
@@ -166,4 +167,11 @@ def test_producer_kernels_compile_for(arch, monkeypatch):
             pp.add_norm(x, x, torch.ones(k, dtype=dt), 1e-6)
             pp.add_norm(x, None, torch.ones(k, dtype=dt), 1e-6)
             pp.silu_mul(torch.randn(40, 2 * k, dtype=dt))
-    _check(built, arch, {"_add_norm_rotate_kernel", "_silu_mul_rotate_kernel", "_add_norm_kernel", "_silu_mul_kernel"})
+        for k in (5120, 17408):  # pq2's activation quantizer as the producer, both operand orders
+            x = torch.randn(1, k, dtype=dt)
+            for planes in (True, False):
+                for p in (AddRmsNorm(x, x, torch.ones(k, dtype=dt), 1e-6), AddRmsNorm(x, None, torch.ones(k, dtype=dt),
+                          1e-6), SiluMul(torch.randn(3, 2 * k, dtype=dt))):
+                    pq2_ops.quantize_activations(p.x if p.KIND == "norm" else p.gu, planes, producer=p)
+    _check(built, arch, {"_add_norm_rotate_kernel", "_silu_mul_rotate_kernel", "_add_norm_kernel", "_silu_mul_kernel",
+                         "_quant_groups"})

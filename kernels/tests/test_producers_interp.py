@@ -71,6 +71,15 @@ def _main() -> None:
               rnd.rel(y, paro_ops.forward(layer, reference.add_rms_norm(xm, rm, w, 1e-6)[0])), 2e-3)
         y = paro_ops.forward_produced(layer, SiluMul(gu[:m].contiguous()))
         check(f"layer after silu_mul_rotate M={m}", rnd.rel(y, paro_ops.forward(layer, reference.silu_mul(gu[:m]))), 2e-3)
+    # pq2: its activation quantizer computing the op (codes against the quantizer on the op's output)
+    from radiance.kernels import pq2_ops
+
+    for p, out in ((SiluMul(gu), reference.silu_mul(gu)), (AddRmsNorm(x, res, w, 1e-6), normed)):
+        got = pq2_ops.quantize_activations(gu if p.KIND == "silu_mul" else x, True, producer=p)
+        want = pq2_ops.quantize_activations(out, True)
+        check(f"pq2 {p.KIND} codes (differing)", int((got[0] != want[0]).sum()), 0 if p.KIND == "silu_mul" else 2)
+        check(f"pq2 {p.KIND} scales", rnd.rel(got[1], want[1]), 2e-3)
+    check("pq2 residual out (exact)", float((p.residual_out.float() - want_r.float()).abs().max()), 0)
     # the warm-up runs every producer the knobs turn on (here through the NVIDIA plan, interpreted)
     import os
 

@@ -17,9 +17,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
-
 from radiance.kernels.triton import interpreting
+from radiance.kernels.triton.producer_math import normed as _normed, silu_mul as _silu_mul
 from radiance.kernels.triton.paro_rotate import GROUP, RotTables, givens, outputs, prologue_tile, returned, store_group
 
 PRODUCER_MAX_M = 16  # rows the kernels take (and are gated on)
@@ -28,22 +27,6 @@ PRODUCER_MAX_M = 16  # rows the kernels take (and are gated on)
 # costs more than the launch it saves from 4 rows on; the silu-mul one reads nothing twice.
 FUSED_MAX_M = {"norm": 1, "silu_mul": 16}
 ROW_CHUNK = 4096  # elements of the rows a norm program sums per step (BM rows x ROW_CHUNK / BM columns)
-
-
-@triton.jit
-def _normed(z, r, w, out_dtype):
-    # vLLM's norm from the fp32 sum z and its rsqrt r: rounded to the weight's dtype, times the
-    # weight, rounded to the activations' (reference.add_rms_norm); fp32 out
-    return ((z * r).to(w.dtype).to(tl.float32) * w.to(tl.float32)).to(out_dtype).to(tl.float32)
-
-
-@triton.jit
-def _silu_mul(gate, up, dtype, INTERPRET: tl.constexpr):
-    # torch's silu: IEEE division by 1 + expf(-x) (libdevice's expf, not the ex2 approximation; the
-    # CPU interpreter has no libdevice), rounded to dtype, then the product rounded; fp32 out
-    e = tl.exp(-gate) if INTERPRET else libdevice.exp(-gate)
-    act = tl.math.div_rn(gate, 1.0 + e).to(dtype).to(tl.float32)
-    return (act * up).to(dtype).to(tl.float32)
 
 
 def in_band(producer) -> bool:

@@ -1,5 +1,6 @@
 """Activation quantization for the pq2 kernels: int8 per 128-group, the group sum, and
-(optionally) the plane order the DP4A and masked-plane kernels read.
+(optionally) the plane order the DP4A and masked-plane kernels read. The same kernel is pq2's fused
+producer: its x computed from the op before the linear (residual add + RMSNorm, or silu-mul).
 
 Numerics are `reference.quant_int8_group`'s exactly: a = amax/127 (IEEE division),
 q = clamp(round_half_even(x / a), -127, 127), a = 0 -> q = 0. The group sum t = sum(q) turns
@@ -15,6 +16,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from radiance.kernels.triton.producer_math import normed, silu_mul
+
 GROUP = 128
 
 
@@ -29,9 +32,12 @@ def _rint(y, HW_RINT: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["M"])
-def _quant_groups(X, Q, S, T, M, K, stride_xm,
-                  GB: tl.constexpr, PLANES: tl.constexpr, HW_RINT: tl.constexpr, TRIGGER: tl.constexpr = False):
-    # one program: GB groups of one row
+def _quant_groups(X, Q, S, T, M, K, stride_xm, R, W, RO, eps, stride_rm,
+                  GB: tl.constexpr, PLANES: tl.constexpr, HW_RINT: tl.constexpr, TRIGGER: tl.constexpr,
+                  SRC: tl.constexpr, HAS_RES: tl.constexpr, CHUNK: tl.constexpr, INTERPRET: tl.constexpr):
+    # one program: GB groups of one row. SRC: what x is -- 0 X's rows; the fused producers: 1 the
+    # residual add (R, HAS_RES; the sum written to RO) + RMSNorm (W, eps) of X's rows, each program
+    # taking the row's sum of squares itself; 2 silu(gate) * up of X = [gate | up]
     if TRIGGER:  # the GEMM launched after it (programmatic dependent launch, sm_90) may start now
         tl.extra.cuda.gdc_launch_dependents()
     m = tl.program_id(1)
@@ -39,8 +45,28 @@ def _quant_groups(X, Q, S, T, M, K, stride_xm,
     g = tl.program_id(0) * GB + tl.arange(0, GB)
     e = tl.arange(0, 128)
     gmask = g < groups
-    x = tl.load(X + m * stride_xm + g[:, None] * 128 + e[None, :], mask=gmask[:, None], other=0.0)
-    x = x.to(tl.float32)
+    at = X + m * stride_xm + g[:, None] * 128 + e[None, :]
+    if SRC == 1:
+        ss = tl.zeros([CHUNK], dtype=tl.float32)
+        for c0 in range(0, K, CHUNK):
+            c = c0 + tl.arange(0, CHUNK)
+            z = tl.load(X + m * stride_xm + c, mask=c < K, other=0.0).to(tl.float32)
+            if HAS_RES:
+                z += tl.load(R + m * stride_rm + c, mask=c < K, other=0.0).to(tl.float32)
+            ss += z * z
+        r = tl.math.rsqrt(tl.sum(ss, axis=0) / K + eps)
+        z = tl.load(at, mask=gmask[:, None], other=0.0).to(tl.float32)
+        if HAS_RES:
+            z += tl.load(R + m * stride_rm + g[:, None] * 128 + e[None, :], mask=gmask[:, None], other=0.0).to(tl.float32)
+            tl.store(RO + m * K + g[:, None] * 128 + e[None, :], z.to(RO.dtype.element_ty), mask=gmask[:, None])
+        x = normed(z, r, tl.load(W + g[:, None] * 128 + e[None, :], mask=gmask[:, None], other=0.0),
+                   X.dtype.element_ty)
+    elif SRC == 2:
+        gate = tl.load(at, mask=gmask[:, None], other=0.0).to(tl.float32)
+        up = tl.load(at + K, mask=gmask[:, None], other=0.0).to(tl.float32)
+        x = silu_mul(gate, up, X.dtype.element_ty, INTERPRET)
+    else:
+        x = tl.load(at, mask=gmask[:, None], other=0.0).to(tl.float32)
     a = tl.math.div_rn(tl.max(tl.abs(x), 1), 127.0)
     safe = tl.where(a > 0, a, 1.0)
     q = _rint(tl.math.div_rn(x, safe[:, None]), HW_RINT)
