@@ -27,12 +27,16 @@ from radiance.kernels.triton.pq2_common import ROW_BLOCK, reduce_splits
 from radiance.kernels.triton.pq2_gemv import pq2_gemv_dp4a
 from radiance.kernels.triton.pq2_legacy import pq2_legacy_gemm
 from radiance.kernels.triton.pq2_planes import pq2_planes_gemm
-from radiance.kernels.triton.paro_producers import in_band
 from radiance.kernels.triton.pq2_quant import GROUP, _quant_groups, quant_grid
 from radiance.kernels.triton.pq2_skinny import skinny_splitk_gemm
 from radiance.kernels.triton.split_finish import stream_programs
 
 QUANT_GB = 4  # groups per quantization program
+# Rows the fused producers take (forward_produced). Each quantizer program reads its row once more
+# for the norm's sum of squares, K / (128 QUANT_GB) programs per row (paroquant's prologue reads it
+# once per group and rotated copy); on the H200 the norm and the silu-mul producer each beat the
+# unfused op + quantizer at M = 1, 4 and 16 (bench/bench_producers.py --sites), unmeasured above
+PRODUCER_MAX_M = 16
 REDUCE_BLOCK = 1024
 
 
@@ -165,9 +169,8 @@ def forward(layer: Pq2Layer, x: torch.Tensor, path: str | None = None, tile: tab
 
 def forward_produced(layer: Pq2Layer, producer: Producer) -> torch.Tensor:
     """forward(layer, the producer's output), the producer computed inside the activation quantizer
-    where it runs fused (paro_producers.in_band: the norm at one row, silu-mul to 16; the norm's
-    programs each take the row's sum of squares), else its unfused kernel, then forward."""
-    if not in_band(producer):
+    up to PRODUCER_MAX_M rows, else its unfused kernel, then forward."""
+    if not 0 < producer.rows <= PRODUCER_MAX_M:
         return forward(layer, producer.plain())
     x2 = producer.x if isinstance(producer, AddRmsNorm) else producer.gu
     m = producer.rows

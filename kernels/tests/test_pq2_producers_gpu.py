@@ -28,9 +28,12 @@ def _dequant(q, a, t):
 
 
 def _norm_inputs(m, k, dtype, gen, exact):
+    """x, residual [M, K] and the norm weight [K]."""
     if exact:  # on a 1/8 grid: the sums of squares exact in fp32
-        return [(torch.randint(-16, 17, (m, k), device="cuda", generator=gen) / 8).to(dtype) for _ in range(3)]
-    return [torch.randn(m, k, device="cuda", generator=gen).to(dtype) for _ in range(3)]
+        x, r, w = [(torch.randint(-16, 17, (m, k), device="cuda", generator=gen) / 8).to(dtype) for _ in range(3)]
+    else:
+        x, r, w = [torch.randn(m, k, device="cuda", generator=gen).to(dtype) for _ in range(3)]
+    return x, r, w[0].contiguous()
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -80,7 +83,7 @@ def test_pq2_forward_produced(n, k, dtype, gen):
 
     qw = torch.randint(0, 256, (n, k // 4), device="cuda", generator=gen, dtype=torch.int32).to(torch.uint8)
     layer = pq2_ops.prepare(qw, (torch.rand(n, k // 128, device="cuda", generator=gen) * 0.02 + 0.01).half())
-    for m in (1, 3, 16, 40):  # the norm fused at one row, silu-mul to 16; above: the unfused kernels
+    for m in (1, 3, 16, 40):  # fused to 16 rows (pq2_ops.PRODUCER_MAX_M); above: the unfused kernels
         x, res, w = _norm_inputs(m, k, dtype, gen, False)
         gu = torch.randn(m, 2 * k, device="cuda", generator=gen).to(dtype)
         y = pq2_ops.forward_produced(layer, AddRmsNorm(x, res, w, 1e-6))
