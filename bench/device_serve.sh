@@ -79,8 +79,10 @@ for phase in "$@"; do
       for f in serve-eval.json checks-h200.json; do [ -f $OUT/$f ] || cp /tmp/keep/$f $OUT/ 2>/dev/null || true; done
       C="--record $OUT/checks-h200.json"
       python3 bench/serve_compare.py $C jit $OUT/serve-prod.json || echo "jit: FAIL"
-      [[ " $RUN " == *" paro-fused "* ]] && { python3 bench/serve_compare.py $C pair $OUT/serve-prod.json paro-fused \
-        paro || echo "pair: FAIL"; }
+      for s in $RUN; do  # each X-fused stack against X, the same checkpoint unfused
+        [[ $s == *-fused ]] && { python3 bench/serve_compare.py $C pair $OUT/serve-prod.json $s ${s%-fused} \
+          || echo "pair $s: FAIL"; }
+      done
       grep -rh "radiance. producers" /tmp/logs-prod 2>/dev/null | sort | uniq -c | head -20
       [ -f $OUT/serve-eval.json ] && { python3 bench/serve_compare.py $C modes $OUT/serve-eval.json $OUT/serve-prod.json \
         || echo "modes: FAIL"; } ;;

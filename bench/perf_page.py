@@ -237,27 +237,29 @@ def producers(layer: Path, sites: Path, serve: Path) -> list[str]:
             "| site | P | M | unfused (norm or silu*mul, then prologue) | producer |", "|---|---|---|---|---|"]
     out += [f"| {r['path'][5:]} | {r['P']} | {r['M']} | {r['unfused_us']:.2f} | {r['fused_us']:.2f} |" for r in srows]
     if qrows:
-        out += ["", "pq2: its int8 activation quantizer computing the norm or silu*mul (every M here; served at the "
-                "same bands as paroquant's), against the unfused op then the quantizer, µs per call:", "",
+        out += ["", "pq2: its int8 activation quantizer computing the norm or silu*mul (fused to 16 rows, "
+                "`pq2_ops.PRODUCER_MAX_M`), against the unfused op then the quantizer, µs per call:", "",
                 "| site | M | unfused (norm or silu*mul, then quantizer) | producer |", "|---|---|---|---|"]
         out += [f"| {r['path'][9:]} | {r['M']} | {r['unfused_us']:.2f} | {r['fused_us']:.2f} |" for r in qrows]
     r = json.loads(serve.read_text())
     runs = {k: x for k, x in r["runs"].items() if "error" not in x}
-    off = next(x for x in runs.values() if _producers_on(x) == "off")
+    # each stack against the stack of the same method with the producers off
+    offs = {x["quant"]: k for k, x in runs.items() if _producers_on(x) == "off"}
     best = lambda x, c: max(y["tokens_per_s"] for y in (x[c][1:] or x[c]))  # noqa: E731 -- later rounds
     out += ["", f"Served ({r['gpu']}, {r['date']}, commit `{r['commit'][:10]}`, vLLM {r['versions']['vllm']}, prod mode, "
             f"`{Path(r['stacks_file']).name}`, the 27B-width model of the serving table): decode tok/s per round; "
             "×off: the best round after the first (which overlaps the other servers' start-up) against the stack "
-            "with the producers off. This run kept the norm producer to one row.", "",
+            "of the same method with the producers off. This run kept paroquant's norm producer to one row.", "",
             "| stack | producers | c=1 | c=4 | c=16 | c=1 ×off | c=4 ×off | c=16 ×off |", "|---" * 8 + "|"]
     for name, x in runs.items():
+        off = runs[offs[x["quant"]]]
         cells = [" / ".join(f"{y['tokens_per_s']:.0f}" for y in x[c]) for c in ("c1", "c4", "c16")]
         cells += [f"{best(x, c) / best(off, c):.2f}" for c in ("c1", "c4", "c16")]
         out.append(f"| `{name}` | {_producers_on(x)} | " + " | ".join(cells) + " |")
-    off_name = next(k for k, x in runs.items() if x is off)
     out.append("")
     for name, x in runs.items():
-        if x is not off:
+        off_name = offs[x["quant"]]
+        if name != off_name:
             with contextlib.redirect_stdout(io.StringIO()):
                 _, d = pair(serve, name, off_name)
             d = d[f"{name} vs {off_name}"]

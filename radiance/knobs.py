@@ -62,7 +62,7 @@ KNOBS: dict[str, Knob] = {
         Knob("RADIANCE_KERNEL_DIR", None, False,
              "Set by `radiance-launch` for vLLM on gfx1201: the directory holding the HIP library built for this device (unset elsewhere: NVIDIA kernels live in `TRITON_CACHE_DIR`)."),
         Knob("RADIANCE_PQ_ROT_STREAM", "0", True,
-             "Compiled (prod) runs of `paroquant` / `paroquant_mxfp4` on NVIDIA or gfx1201: `1` fuses each RMSNorm (with its residual add) into the prologue of the rotated linear it feeds, one kernel writing the rotated (quantized) activations (NVIDIA: at one row per step; gfx1201: every row). A graph pass, so it keys the compile cache; eager runs are unchanged. Off by default: on the H200 it does not pay end to end; the example gfx1201 stacks turn it on in prod (docs/producers.md). `1` on the CPU is an error.", "-rs"),
+             "Compiled (prod) runs of `paroquant` / `paroquant_mxfp4` (NVIDIA, gfx1201) and `pq2` (NVIDIA): `1` fuses each RMSNorm (with its residual add) into the prologue (pq2: the activation quantizer) of the linear it feeds, one kernel writing the activations the GEMM reads (NVIDIA paroquant: at one row per step, pq2 up to 16; gfx1201: every row). A graph pass, so it keys the compile cache; eager runs are unchanged. Off by default: on the H200 paroquant's does not pay end to end (pq2's not yet served); the example gfx1201 stacks turn it on in prod (docs/producers.md). `1` on the CPU is an error.", "-rs"),
         Knob("RADIANCE_PQ_ROT_STREAM2", "0", True,
              "Like `RADIANCE_PQ_ROT_STREAM`, for silu(gate) * up before each MLP down projection (NVIDIA: up to 16 rows per step; gfx1201: every row). Off by default (docs/producers.md).", "-rs2"),
         Knob("RADIANCE_PQ_I8", "0", True,
