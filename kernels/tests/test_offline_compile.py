@@ -167,7 +167,7 @@ def test_producer_kernels_compile_for(arch, monkeypatch):
             pp.add_norm(x, x, torch.ones(k, dtype=dt), 1e-6)
             pp.add_norm(x, None, torch.ones(k, dtype=dt), 1e-6)
             pp.silu_mul(torch.randn(40, 2 * k, dtype=dt))
-        for k in (5120, 17408):  # pq2's activation quantizer as the producer, both operand orders
+        for k in (5120,):  # pq2's activation quantizer as the producer, both operand orders (K is no constexpr)
             x = torch.randn(1, k, dtype=dt)
             for planes in (True, False):
                 for p in (AddRmsNorm(x, x, torch.ones(k, dtype=dt), 1e-6), AddRmsNorm(x, None, torch.ones(k, dtype=dt),

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 from radiance.kernels.triton import interpreting
-from radiance.kernels.triton.producer_math import normed as _normed, silu_mul as _silu_mul
+from radiance.kernels.triton.producer_math import normed as _normed, row_rinv, silu_mul as _silu_mul
 from radiance.kernels.triton.paro_rotate import GROUP, RotTables, givens, outputs, prologue_tile, returned, store_group
 
 PRODUCER_MAX_M = 16  # rows the kernels take (and are gated on)
@@ -89,14 +89,7 @@ def _silu_mul_rotate_kernel(GU, PARTNER, COS, SSIN, CS, A, S, RS, M, K, G, strid
 def _add_norm_kernel(X, R, W, Y, RO, K, eps, stride_xm, stride_rm, HAS_RES: tl.constexpr, CHUNK: tl.constexpr):
     # the unfused norm, one program per row (above the fused band): the sum of squares, then the rows
     row = tl.program_id(0)
-    ss = tl.zeros([CHUNK], dtype=tl.float32)
-    for c0 in range(0, K, CHUNK):
-        c = c0 + tl.arange(0, CHUNK)
-        z = tl.load(X + row * stride_xm + c, mask=c < K, other=0.0).to(tl.float32)
-        if HAS_RES:
-            z += tl.load(R + row * stride_rm + c, mask=c < K, other=0.0).to(tl.float32)
-        ss += z * z
-    r = tl.math.rsqrt(tl.sum(ss, axis=0) / K + eps)
+    r = row_rinv(X, R, row, stride_xm, stride_rm, K, eps, HAS_RES, CHUNK)
     for c0 in range(0, K, CHUNK):
         c = c0 + tl.arange(0, CHUNK)
         z = tl.load(X + row * stride_xm + c, mask=c < K, other=0.0).to(tl.float32)

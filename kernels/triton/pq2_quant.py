@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from radiance.kernels.triton.producer_math import normed, silu_mul
+from radiance.kernels.triton.producer_math import normed, row_rinv, silu_mul
 
 GROUP = 128
 
@@ -47,14 +47,7 @@ def _quant_groups(X, Q, S, T, M, K, stride_xm, R, W, RO, eps, stride_rm,
     gmask = g < groups
     at = X + m * stride_xm + g[:, None] * 128 + e[None, :]
     if SRC == 1:
-        ss = tl.zeros([CHUNK], dtype=tl.float32)
-        for c0 in range(0, K, CHUNK):
-            c = c0 + tl.arange(0, CHUNK)
-            z = tl.load(X + m * stride_xm + c, mask=c < K, other=0.0).to(tl.float32)
-            if HAS_RES:
-                z += tl.load(R + m * stride_rm + c, mask=c < K, other=0.0).to(tl.float32)
-            ss += z * z
-        r = tl.math.rsqrt(tl.sum(ss, axis=0) / K + eps)
+        r = row_rinv(X, R, m, stride_xm, stride_rm, K, eps, HAS_RES, CHUNK)
         z = tl.load(at, mask=gmask[:, None], other=0.0).to(tl.float32)
         if HAS_RES:
             z += tl.load(R + m * stride_rm + g[:, None] * 128 + e[None, :], mask=gmask[:, None], other=0.0).to(tl.float32)

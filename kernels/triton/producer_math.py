@@ -21,3 +21,16 @@ def silu_mul(gate, up, dtype, INTERPRET: tl.constexpr):
     e = tl.exp(-gate) if INTERPRET else libdevice.exp(-gate)
     act = tl.math.div_rn(gate, 1.0 + e).to(dtype).to(tl.float32)
     return (act * up).to(dtype).to(tl.float32)
+
+
+@triton.jit
+def row_rinv(X, R, row, stride_xm, stride_rm, K, eps, HAS_RES: tl.constexpr, CHUNK: tl.constexpr):
+    # 1 / rms of one row of x (+ residual): the fp32 sum of squares, chunk by chunk
+    ss = tl.zeros([CHUNK], dtype=tl.float32)
+    for c0 in range(0, K, CHUNK):
+        c = c0 + tl.arange(0, CHUNK)
+        z = tl.load(X + row * stride_xm + c, mask=c < K, other=0.0).to(tl.float32)
+        if HAS_RES:
+            z += tl.load(R + row * stride_rm + c, mask=c < K, other=0.0).to(tl.float32)
+        ss += z * z
+    return tl.math.rsqrt(tl.sum(ss, axis=0) / K + eps)
