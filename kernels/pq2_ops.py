@@ -122,11 +122,14 @@ def quantize_activations(x2: torch.Tensor, planes: bool, layer: Pq2Layer | None 
     elif isinstance(producer, AddRmsNorm):
         res = producer.residual
         src, has_res = 1, res is not None
+        if has_res and (res.shape != x2.shape or res.stride(1) != 1):
+            raise ValueError(f"pq2 producer: residual {tuple(res.shape)} strides {res.stride()} does not match x "
+                             f"{tuple(x2.shape)} (row-major)")
         producer.residual_out = torch.empty_like(x2) if has_res else None
         norm_args = (res if has_res else x2, producer.weight, producer.residual_out if has_res else x2,
                      float(producer.eps), res.stride(0) if has_res else 0)
     # the compiled kernel is reused directly: key it on every alignment Triton specializes on
-    aligned = tuple(t.data_ptr() % 16 == 0 for t in norm_args[:3]) + (norm_args[4] % 16 == 0,)
+    aligned = tuple(p.data_ptr() % 16 == 0 for p in norm_args[:3]) + (norm_args[4] % 16 == 0,)
     key = ("quant", planes, x2.dtype, x2.data_ptr() % 16 == 0, x2.stride(0) % 16 == 0, trigger, src, has_res, aligned)
 
     def make():
@@ -160,10 +163,7 @@ def forward(layer: Pq2Layer, x: torch.Tensor, path: str | None = None, tile: tab
         y = out
     if m == 0:
         return y.reshape(*lead, layer.n)
-    path, tile = choose(layer, m, x.device, path, tile)
-    dep = launches_dependent(path, m, x.device)
-    q, a, t = quantize_activations(x2, planes=path != "legacy", layer=layer, trigger=dep)
-    gemm_quantized(layer, path, tile, q, a, t, y, pdl=dep)
+    _quantize_and_gemm(layer, x2, y, path, tile)
     return y.reshape(*lead, layer.n)
 
 
@@ -173,13 +173,19 @@ def forward_produced(layer: Pq2Layer, producer: Producer) -> torch.Tensor:
     if not 0 < producer.rows <= PRODUCER_MAX_M:
         return forward(layer, producer.plain())
     x2 = producer.x if isinstance(producer, AddRmsNorm) else producer.gu
-    m = producer.rows
-    y = torch.empty((m, layer.n), dtype=producer.dtype, device=x2.device)
-    path, tile = choose(layer, m, x2.device)
+    y = torch.empty((producer.rows, layer.n), dtype=producer.dtype, device=x2.device)
+    _quantize_and_gemm(layer, x2, y, producer=producer)
+    return y
+
+
+def _quantize_and_gemm(layer: Pq2Layer, x2: torch.Tensor, y: torch.Tensor, path: str | None = None,
+                       tile: table.Tile | None = None, producer: Producer | None = None) -> None:
+    # the planned (or forced) kernel at y's rows: the quantizer (computing the producer), then the GEMM
+    m = y.shape[0]
+    path, tile = choose(layer, m, x2.device, path, tile)
     dep = launches_dependent(path, m, x2.device)
     q, a, t = quantize_activations(x2, planes=path != "legacy", layer=layer, trigger=dep, producer=producer)
     gemm_quantized(layer, path, tile, q, a, t, y, pdl=dep)
-    return y
 
 
 def choose(layer: Pq2Layer, m: int, device: torch.device, path: str | None = None,

@@ -84,18 +84,25 @@ def _check_layout(lib: PqLib, prep: PreparedParo | PreparedMxfp4) -> None:
                           f"with wperm={int(prep.wperm)}; set RADIANCE_PQ_WPERM the same for both")
 
 
+def _rotation_outputs(what: str, x: torch.Tensor, cols: int,
+                      prep: PreparedParo | PreparedMxfp4) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check the rows a rotation kernel reads (x [M, cols] f16/bf16, unit inner stride) and allocate
+    what it writes: a [R, M, K] e4m3 codes, asr [R, M, K/128, 2] {scale, rowsum}."""
+    if x.dtype not in (torch.float16, torch.bfloat16) or x.dim() != 2 or x.stride(1) != 1:
+        raise ValueError(f"{what}: x must be a 2-D f16/bf16 tensor with unit inner stride, got "
+                         f"{x.dtype} {tuple(x.shape)} strides {x.stride()}")
+    if x.shape[1] != cols:
+        raise ValueError(f"{what}: x has {x.shape[1]} columns, the layer (K={prep.in_features}) takes {cols}")
+    r, m, k = prep.rotations, x.shape[0], prep.in_features
+    return (torch.empty(r, m, k, dtype=torch.uint8, device=x.device),
+            torch.empty(r, m, k // 128, 2, dtype=torch.float32, device=x.device))
+
+
 def rotate_quant(lib: PqLib, x: torch.Tensor, prep: PreparedParo | PreparedMxfp4,
                  per_token: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] f16/bf16 -> (a [R, M, K] uint8 e4m3 codes, asr [R, M, K/128, 2] f32 {scale, rowsum})."""
-    if x.dtype not in (torch.float16, torch.bfloat16) or x.dim() != 2 or x.stride(1) != 1:
-        raise ValueError(f"rotate_quant: x must be a 2-D f16/bf16 tensor with unit inner stride, got "
-                         f"{x.dtype} {tuple(x.shape)} strides {x.stride()}")
-    m, k = x.shape
-    if k != prep.in_features:
-        raise ValueError(f"rotate_quant: x has K={k}, the layer takes {prep.in_features}")
-    r = prep.rotations
-    a = torch.empty(r, m, k, dtype=torch.uint8, device=x.device)
-    asr = torch.empty(r, m, k // 128, 2, dtype=torch.float32, device=x.device)
+    a, asr = _rotation_outputs("rotate_quant", x, prep.in_features, prep)
+    m, k, r = x.shape[0], prep.in_features, prep.rotations
     lib.call("pq_rotate_quant", x.data_ptr(), x.stride(0), int(x.dtype == torch.bfloat16), prep.cs.data_ptr(),
              prep.rec.data_ptr(), a.data_ptr(), asr.data_ptr(), m, k, prep.krot, r, int(per_token), _stream(x))
     return a, asr
@@ -114,30 +121,28 @@ def produce(lib: PqLib, producer: Producer, prep: PreparedParo | PreparedMxfp4,
     """rotate_quant of the producer's output, computed in the same kernel (kernels/producers.py);
     a norm's residual out lands in producer.residual_out."""
     k = prep.in_features
-    x = producer.x if isinstance(producer, AddRmsNorm) else producer.gu
-    if x.dtype not in (torch.float16, torch.bfloat16) or x.dim() != 2 or x.stride(1) != 1:
-        raise ValueError(f"produce: the {producer.KIND} input must be a 2-D f16/bf16 tensor with unit inner "
-                         f"stride, got {x.dtype} {tuple(x.shape)} strides {x.stride()}")
-    m = x.shape[0]
+    norm = isinstance(producer, AddRmsNorm)
+    x = producer.x if norm else producer.gu
+    a, asr = _rotation_outputs(f"produce ({producer.KIND})", x, k if norm else 2 * k, prep)
+    m, r = x.shape[0], prep.rotations
     res = res_out = w = rinv = None
     eps = 0.0
-    if isinstance(producer, AddRmsNorm):
+    if norm:
         w, eps, res = producer.weight.contiguous(), float(producer.eps), producer.residual
-        if w.dtype != x.dtype or (res is not None and (res.dtype != x.dtype or res.stride(1) != 1)):
-            raise ValueError(f"produce: norm weight {w.dtype} / residual {None if res is None else res.dtype} must be "
-                             f"{x.dtype} with unit inner stride")
+        if w.dtype != x.dtype or w.shape != (k,) or \
+                (res is not None and (res.dtype != x.dtype or res.shape != x.shape or res.stride(1) != 1)):
+            raise ValueError(f"produce: norm weight {w.dtype} {tuple(w.shape)} / residual "
+                             f"{None if res is None else (res.dtype, tuple(res.shape))} must be {x.dtype}, [{k}] / "
+                             f"{tuple(x.shape)} with unit inner stride")
         res_out = torch.empty(m, k, dtype=x.dtype, device=x.device) if res is not None else None
         if not per_token and m > NORM_INLINE_MAX_M:
             rinv = torch.empty(m, dtype=torch.float32, device=x.device)
-    r = prep.rotations
-    a = torch.empty(r, m, k, dtype=torch.uint8, device=x.device)
-    asr = torch.empty(r, m, k // 128, 2, dtype=torch.float32, device=x.device)
     ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
     lib.call("pq_produce", PRODUCER_KINDS[producer.KIND], x.data_ptr(), x.stride(0), ptr(res),
              0 if res is None else res.stride(0), ptr(res_out), ptr(w), eps, ptr(rinv), int(x.dtype == torch.bfloat16),
              prep.cs.data_ptr(), prep.rec.data_ptr(), a.data_ptr(), asr.data_ptr(), m, k, prep.krot, r,
              int(per_token), _stream(x))
-    if isinstance(producer, AddRmsNorm):
+    if norm:
         producer.residual_out = res_out
     return a, asr
 

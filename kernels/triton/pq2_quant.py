@@ -45,15 +45,15 @@ def _quant_groups(X, Q, S, T, M, K, stride_xm, R, W, RO, eps, stride_rm,
     g = tl.program_id(0) * GB + tl.arange(0, GB)
     e = tl.arange(0, 128)
     gmask = g < groups
-    at = X + m * stride_xm + g[:, None] * 128 + e[None, :]
+    cols = g[:, None] * 128 + e[None, :]
+    at = X + m * stride_xm + cols
     if SRC == 1:
         r = row_rinv(X, R, m, stride_xm, stride_rm, K, eps, HAS_RES, CHUNK)
         z = tl.load(at, mask=gmask[:, None], other=0.0).to(tl.float32)
         if HAS_RES:
-            z += tl.load(R + m * stride_rm + g[:, None] * 128 + e[None, :], mask=gmask[:, None], other=0.0).to(tl.float32)
-            tl.store(RO + m * K + g[:, None] * 128 + e[None, :], z.to(RO.dtype.element_ty), mask=gmask[:, None])
-        x = normed(z, r, tl.load(W + g[:, None] * 128 + e[None, :], mask=gmask[:, None], other=0.0),
-                   X.dtype.element_ty)
+            z += tl.load(R + m * stride_rm + cols, mask=gmask[:, None], other=0.0).to(tl.float32)
+            tl.store(RO + m * K + cols, z.to(RO.dtype.element_ty), mask=gmask[:, None])
+        x = normed(z, r, tl.load(W + cols, mask=gmask[:, None], other=0.0), X.dtype.element_ty)
     elif SRC == 2:
         gate = tl.load(at, mask=gmask[:, None], other=0.0).to(tl.float32)
         up = tl.load(at + K, mask=gmask[:, None], other=0.0).to(tl.float32)
