@@ -215,8 +215,8 @@ def producers(layer: Path, sites: Path, serve: Path) -> list[str]:
     qrows = [r for r in allsites if r["path"].startswith("pq2_site_")]
     by = {(r["path"], r["M"]): r for r in rows}
     f = lambda x: "—" if x is None else f"{x:.1f}"  # noqa: E731
-    out = [f"## Fused producers: {rows[0]['gpu']}, {rows[0]['date']}, commits `{_commit(rows)}` (layer), "
-           f"`{_commit(srows)}` (sites)", "",
+    out = [f"## Fused producers: {rows[0]['gpu']}, {rows[0]['date']} / `{_commit(rows)}` (layer), "
+           f"{allsites[0]['date']} / `{_commit(allsites)}` (sites)", "",
            "`bench/bench_producers.py` ([producers.md](producers.md)): one 27B-width decoder layer's four paroquant "
            "linears (qkv P=3, o, gate_up P=2, down) with the norms and silu*mul that feed them, attention left out; "
            "µs per layer, median of CUDA-graph replays over layer copies larger than L2. Unfused: inductor's norm and "
