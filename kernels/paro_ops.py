@@ -32,31 +32,27 @@ class Scratch:
     part: torch.Tensor  # fp32 split-K partials
     cnt: torch.Tensor  # int32 tickets, self-resetting
     deq: torch.Tensor  # fp16 dequantized weight (scratch GEMM path)
-    sync: torch.Tensor  # int32 [ticket, done, a flag per rotation job], self-resetting (paro_coop_gluon)
 
 
 _SCRATCH: dict[torch.device, Scratch] = {}
 
 
-def reserve_scratch(device: torch.device, part_elems: int, deq_elems: int, cnt_elems: int = 1 << 16,
-                    sync_elems: int = 2) -> Scratch:
+def reserve_scratch(device: torch.device, part_elems: int, deq_elems: int, cnt_elems: int = 1 << 16) -> Scratch:
     """Grow the per-device scratch to at least these sizes. Call at load time: allocating inside
     CUDA-graph capture would bake a transient address into the graph, so that is refused."""
     device = torch.device(device)
     cur = _SCRATCH.get(device)
     if cur is not None and cur.part.numel() >= part_elems and cur.deq.numel() >= deq_elems \
-            and cur.cnt.numel() >= cnt_elems and cur.sync.numel() >= sync_elems:
+            and cur.cnt.numel() >= cnt_elems:
         return cur
     if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
         raise RuntimeError("paroquant scratch must be reserved before CUDA-graph capture (prepare the layers first)")
     part = max(part_elems, cur.part.numel() if cur else 0, 1)
     deq = max(deq_elems, cur.deq.numel() if cur else 0, 1)
     cnt = max(cnt_elems, cur.cnt.numel() if cur else 0)
-    sync = max(sync_elems, cur.sync.numel() if cur else 0)
     s = Scratch(torch.empty(part, dtype=torch.float32, device=device),
                 torch.zeros(cnt, dtype=torch.int32, device=device),
-                torch.empty(deq, dtype=torch.float16, device=device),
-                torch.zeros(sync, dtype=torch.int32, device=device))
+                torch.empty(deq, dtype=torch.float16, device=device))
     _SCRATCH[device] = s
     return s
 
@@ -101,7 +97,7 @@ def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: li
     deq = paro_scratch.scratch_elems(n, k, layer.scratch_rows) if scratch else 0
     if scratch and layer.scratch_rows and device.type == "cuda":
         paro_scratch.side_stream(device)  # created here, outside any graph capture
-    reserve_scratch(device, part, deq, sync_elems=2 + layer.parts * (k // GROUP_SIZE))
+    reserve_scratch(device, part, deq)
     return layer
 
 
@@ -176,23 +172,6 @@ def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
         return paro_scratch.forward(layer, x, bias, _SCRATCH[x.device].deq)
     return _gemm_after(layer, m, x.dtype, lambda tables, mode, dep: paro_rotate.rotate(x, tables, mode, trigger=dep),
                        bias, tile or tile_for(layer, m, kind))
-
-
-def forward_coop(layer: ParoLayer, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """forward at M <= 8 in one launch: mma_gl's programs rotate x themselves (paro_coop_gluon)."""
-    bias = layer.bias if bias is None else bias
-    m = x.shape[0]
-    t = tile_for(layer, m, "mma_gl")
-    if x.stride(1) != 1:
-        x = x.contiguous()
-    a = torch.empty(layer.parts, m, layer.k, dtype=torch.float16, device=x.device)
-    s, rs = torch.empty(2, layer.parts, layer.k // GROUP_SIZE, 8, dtype=torch.float32, device=x.device)
-    y = torch.empty(m, layer.n, dtype=x.dtype, device=x.device)
-    scr = _SCRATCH[x.device]
-    paro_gemm.gemm("mma_gl", a, s, rs, layer.wb, layer.sc, layer.d, y, bm=t.bm, bn=t.bn, split=t.split,
-                   pb1=layer.bounds[0], pb2=layer.bounds[1], part=scr.part, cnt=scr.cnt, num_warps=t.warps,
-                   num_stages=t.stages, bias=bias, maxnreg=t.maxnreg, coop=(x, layer.tables, scr.sync))
-    return y
 
 
 def fuses(layer: ParoLayer, producer) -> bool:

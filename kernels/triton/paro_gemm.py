@@ -311,18 +311,14 @@ KERNELS = {"fold": _paro_fold_kernel, "deq": _paro_deq_kernel, "deqt": _paro_deq
 
 def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1: int, pb2: int,
          part: torch.Tensor | None, cnt: torch.Tensor | None, num_warps: int, num_stages: int,
-         bias: torch.Tensor | None = None, gpi: int = 1, maxnreg: int = 0, programs: int = 0, pdl: bool = False,
-         coop=None):
+         bias: torch.Tensor | None = None, gpi: int = 1, maxnreg: int = 0, programs: int = 0, pdl: bool = False):
     """y [M, N] (+ bias, added before the one rounding) from prologue outputs a [P, M, K]
     (+ s/rs [P, M, G] for the folded kinds). maxnreg > 0 caps the registers per thread (more
     programs per SM; ptxas rematerializes instead). programs > 0 (mma_gl): a stream-K grid of that
     many programs instead of tiles x split (stream_programs). pdl (mma_gl): launched dependent on the
-    prologue before it (kernels/pdl.py). coop (mma_gl): (x, tables, sync) -- the GEMM's programs
-    rotate x into a / s / rs themselves (paro_coop_gluon), no prologue launched before it."""
+    prologue before it (kernels/pdl.py)."""
     _, m, k = a.shape
     g, n, _ = wb.shape
-    if coop is not None and kind != "mma_gl":
-        raise ValueError(f"paroquant {kind}: only mma_gl rotates its own activations (coop)")
     if pdl and (kind != "mma_gl" or programs):
         raise ValueError(f"paroquant {kind}: only mma_gl on a tiles x split grid launches dependent on its prologue")
     if programs and kind != "mma_gl":
@@ -364,7 +360,7 @@ def gemm(kind: str, a, s, rs, wb, sc, d, y, *, bm: int, bn: int, split: int, pb1
         if a.dtype != torch.float16 or s is part or rs is part:
             raise ValueError("paroquant mma_gl reads the prologue's F16GF activations with their scales and sums")
         return launch(grid, args, bm=bm, bn=bn, num_warps=num_warps, num_stages=num_stages, has_bias=bias is not None,
-                      maxnreg=maxnreg, stream=programs > 0, pdl=pdl, coop=coop)
+                      maxnreg=maxnreg, stream=programs > 0, pdl=pdl)
     if kind == "wgmma":
         from radiance.kernels.triton.paro_wgmma import launch  # Gluon, sm_90: imported only where it runs
 

@@ -34,7 +34,6 @@ from triton.experimental import gluon  # noqa: I001
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 from radiance.kernels.triton.gluon_compat import copy_to_shared, thread_barrier
-from radiance.kernels.triton.paro_coop_gluon import finish_jobs, take_jobs, wait_job
 
 from radiance.kernels.triton.gluon_schedule import (program_tile, rotated_copy, split_tile, store_tile, stream_bounds,
                                                      stream_slot, stream_tile, wait_for_producer)
@@ -91,28 +90,18 @@ def _u_rows(u2, BT: gl.constexpr, U_L: gl.constexpr):
 
 @gluon.jit
 def _ring_fill(ring, ring_u, ring_sc, ring_d, ring_s, ring_rs, i, g, W, A, SC, D, S, RS, N, w_off, u_cp, u_ok, ns, nd,
-               t_cp, t_ok, ALL: gl.constexpr, WHAT: gl.constexpr, SYNC, job, COOP: gl.constexpr,
-               WARPS: gl.constexpr, COOPV: gl.constexpr = 1):
+               t_cp, t_ok, ALL: gl.constexpr):
     # group g's operands into stage i of the ring, as one commit group: the weights (each thread
     # the words it reads back), with ALL also the activation words, scales, zero points and the
-    # tokens' scales / sums (tokens past M and rows past N zero-filled, not fetched). WHAT 1: the
-    # weights only, not committed; 2: the rest, then the commit (COOP: after rotation job `job`)
-    if WHAT != 2:
-        copy_to_shared(ring.index(i), W + g * N * 16 + w_off)
-    if WHAT != 1:
-        if COOP and COOPV != 2:
-            wait_job(SYNC, job, WARPS)
-        if ALL:
-            copy_to_shared(ring_u.index(i), A + g * 64 + u_cp, mask=u_ok)
-            copy_to_shared(ring_sc.index(i), SC + g * N + ns, mask=ns < N)
-            copy_to_shared(ring_d.index(i), D + g * N + nd, mask=nd < N)
-            if COOP:  # [P, G, 8]: each group's token scales / sums in their own 32-byte sector (below)
-                gs = g * 8
-            else:
-                gs = g
-            copy_to_shared(ring_s.index(i), S + t_cp + gs, mask=t_ok)
-            copy_to_shared(ring_rs.index(i), RS + t_cp + gs, mask=t_ok)
-        async_copy.commit_group()
+    # tokens' scales / sums (tokens past M and rows past N zero-filled, not fetched)
+    copy_to_shared(ring.index(i), W + g * N * 16 + w_off)
+    if ALL:
+        copy_to_shared(ring_u.index(i), A + g * 64 + u_cp, mask=u_ok)
+        copy_to_shared(ring_sc.index(i), SC + g * N + ns, mask=ns < N)
+        copy_to_shared(ring_d.index(i), D + g * N + nd, mask=nd < N)
+        copy_to_shared(ring_s.index(i), S + t_cp + g, mask=t_ok)
+        copy_to_shared(ring_rs.index(i), RS + t_cp + g, mask=t_ok)
+    async_copy.commit_group()
 
 
 @gluon.constexpr_function  # built inside the kernel: a layout passed as an argument cannot be serialized
@@ -138,12 +127,10 @@ def operand_layout(bn: int, warps: int, bt: int, which: int):
 
 @gluon.jit
 def _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, g0, g1, ring, ring_u, ring_sc, ring_d, ring_s, ring_rs,
-              X, stride_xm, PARTNER, COS, SSIN, CHS, A16, SYNC, JOBS,
               BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr, W_L: gl.constexpr, U_L: gl.constexpr,
-              U2_L: gl.constexpr, RING: gl.constexpr, ALL: gl.constexpr, COOP: gl.constexpr, KROT: gl.constexpr,
-              COOPV: gl.constexpr = 1):
+              U2_L: gl.constexpr, RING: gl.constexpr, ALL: gl.constexpr):
     # the [BN, BT] fp32 sums of groups g0..g1 - 1 for the output tile at (weight row n0, token t0),
-    # the activations of rotated copy prt (COOP: rotated by this launch's programs, paro_coop_gluon)
+    # the activations of rotated copy prt
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
     A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     B_L: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
@@ -176,32 +163,14 @@ def _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, g0, g1, ring, ring_u,
         ns = n0 + gl.arange(0, BN, layout=CS)
         nd = n0 + gl.arange(0, BN, layout=CD)
         tt_cp = t0 + gl.arange(0, BT, layout=CT)
-        if COOP:
-            # these 4-byte copies may go through L1 (cp.async.ca): a sector also holding another
-            # group's values, not yet written when it was cached, would be read stale
-            t_cp = prt * G * 8 + gl.minimum(tt_cp, M - 1)
-        else:
-            t_cp = (prt * M + gl.minimum(tt_cp, M - 1)) * G
+        t_cp = (prt * M + gl.minimum(tt_cp, M - 1)) * G
         t_ok = tt_cp < M
     else:  # placeholders: _ring_fill touches them only with ALL
         u_cp, u_ok, ns, nd, t_cp, t_ok = 0, 0, 0, 0, 0, 0
-    jb = prt * G  # COOP: the rotation jobs of this copy's groups
-    if RING > 0 and COOP:  # the first weights in flight, then the rotation jobs, then their activations
-        if COOPV == 3:
-            take_jobs(X, stride_xm, PARTNER, COS, SSIN, CHS, A16, S, RS, SYNC, JOBS, M, K, G, KROT, BT, WARPS)
-        for i in gl.static_range(RING - 1):
-            _ring_fill(ring, ring_u, ring_sc, ring_d, ring_s, ring_rs, i, gl.minimum(g0 + i, g1 - 1), W, A, SC, D, S,
-                       RS, N, w_off, u_cp, u_ok, ns, nd, t_cp, t_ok, ALL, 1, SYNC, 0, COOP, WARPS)
-        if COOPV != 3:
-            take_jobs(X, stride_xm, PARTNER, COS, SSIN, CHS, A16, S, RS, SYNC, JOBS, M, K, G, KROT, BT, WARPS)
-        for i in gl.static_range(RING - 1):
-            _ring_fill(ring, ring_u, ring_sc, ring_d, ring_s, ring_rs, i, gl.minimum(g0 + i, g1 - 1), W, A, SC, D, S,
-                       RS, N, w_off, u_cp, u_ok, ns, nd, t_cp, t_ok, ALL, 2, SYNC, jb + gl.minimum(g0 + i, g1 - 1), COOP,
-                       WARPS, COOPV)
-    elif RING > 0:
+    if RING > 0:
         for i in gl.static_range(RING - 1):  # clamped: a copy past the range reloads the last group
             _ring_fill(ring, ring_u, ring_sc, ring_d, ring_s, ring_rs, i, gl.minimum(g0 + i, g1 - 1), W, A, SC, D, S,
-                       RS, N, w_off, u_cp, u_ok, ns, nd, t_cp, t_ok, ALL, 0, SYNC, 0, COOP, WARPS)
+                       RS, N, w_off, u_cp, u_ok, ns, nd, t_cp, t_ok, ALL)
     else:
         w = gl.load(W + g0 * N * 16 + w_off)  # the next group's weights and activations load ahead
     if not ALL:
@@ -219,9 +188,8 @@ def _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, g0, g1, ring, ring_u,
                 s = ring_s.index(it % RING).load(LT)
                 sr = ring_rs.index(it % RING).load(LT)
             # into the stage read one step ago
-            gf = gl.minimum(g + RING - 1, g1 - 1)
-            _ring_fill(ring, ring_u, ring_sc, ring_d, ring_s, ring_rs, (it + RING - 1) % RING, gf,
-                       W, A, SC, D, S, RS, N, w_off, u_cp, u_ok, ns, nd, t_cp, t_ok, ALL, 0, SYNC, jb + gf, COOP, WARPS, COOPV)
+            _ring_fill(ring, ring_u, ring_sc, ring_d, ring_s, ring_rs, (it + RING - 1) % RING, gl.minimum(g + RING - 1, g1 - 1),
+                       W, A, SC, D, S, RS, N, w_off, u_cp, u_ok, ns, nd, t_cp, t_ok, ALL)
         if RING == 0:
             w_nxt = gl.load(W + gn * N * 16 + w_off)
         if not ALL:
@@ -244,11 +212,9 @@ def _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, g0, g1, ring, ring_u,
 
 @gluon.jit
 def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gps, SPLIT,
-                X, stride_xm, PARTNER, COS, SSIN, CHS, A16, SYNC, JOBS,
                 BN: gl.constexpr, BT: gl.constexpr, WARPS: gl.constexpr,
                 RING: gl.constexpr, ALL: gl.constexpr, HAS_BIAS: gl.constexpr, STREAM: gl.constexpr,
-                PDL: gl.constexpr = False, COOP: gl.constexpr = False, KROT: gl.constexpr = 1,
-                COOPV: gl.constexpr = 1):
+                PDL: gl.constexpr = False):
     # A: the F16GF activations as int32 words [P, M, K / 2]; W: the weight words [G, N, 16];
     # BN = 16 * WARPS * (m16 row tiles per warp), BT = 8 or 16 tokens.
     # RING = 0: the next group's weights load into registers ahead of this group's arithmetic --
@@ -291,23 +257,19 @@ def paro_mma_gl(A, S, RS, W, SC, D, Y, BIAS, PART, CNT, M, N, K, G, pb1, pb2, gp
             prt = rotated_copy(n0, pb1, pb2)
             thread_barrier()  # the last tile's ring reads are done before this tile's copies land
             acc = _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, g0, g1, ring, ring_u, ring_sc, ring_d, ring_s,
-                            ring_rs, X, stride_xm, PARTNER, COS, SSIN, CHS, A16, SYNC, JOBS, BN, BT, WARPS, W_L, U_L,
-                            U2_L, RING, ALL, False, KROT)
+                            ring_rs, BN, BT, WARPS, W_L, U_L, U2_L, RING, ALL)
             slot, count = stream_slot(t, G, work, progs, p)
             store_tile(acc, Y, BIAS, PART, CNT, M, N, t0, n0, slot, count, t, BN, BT, WARPS, HAS_BIAS)
             start = (t + 1) * G
     else:
         t0, n0, pid_k, prt, g0, g1 = program_tile(pb1, pb2, gps, G, BT, BN)
         acc = _tile_acc(A, S, RS, W, SC, D, M, N, K, G, t0, n0, prt, g0, g1, ring, ring_u, ring_sc, ring_d, ring_s,
-                        ring_rs, X, stride_xm, PARTNER, COS, SSIN, CHS, A16, SYNC, JOBS, BN, BT, WARPS, W_L, U_L, U2_L,
-                        RING, ALL, COOP, KROT, COOPV)
+                        ring_rs, BN, BT, WARPS, W_L, U_L, U2_L, RING, ALL)
         store_tile(acc, Y, BIAS, PART, CNT, M, N, t0, n0, pid_k, SPLIT, split_tile(), BN, BT, WARPS, HAS_BIAS)
-        if COOP:
-            finish_jobs(SYNC, JOBS, WARPS)
 
 
 def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has_bias: bool, maxnreg: int = 0,
-           stream: bool = False, pdl: bool = False, coop=None):
+           stream: bool = False, pdl: bool = False):
     """paro_gemm.gemm's launch of the kind `mma_gl` (args: its common argument tuple, the weights
     as int32 words). stages 1: the weights one group ahead in registers; 2: the weights through a
     2-stage cp.async ring; 3+: a ring of that many stages carrying the activations, scales and zero
@@ -316,32 +278,14 @@ def launch(grid, args, *, bm: int, bn: int, num_warps: int, num_stages: int, has
     per thread (the 16-token tile takes 142 uncapped, 3 programs per SM; capped at 128 it fits 4
     without spills, and measured no faster on the H200). stream: grid is (1, 1,
     programs) of a stream-K launch (split_finish.stream_programs), not tiles x splits. pdl: launched
-    dependent on the kernel before it (kernels/pdl.py; sm_90+). coop = (x [M, K], RotTables, sync
-    int32 [2 + P * G], zeroed): the launch rotates x itself into args' activation buffers
-    (paro_coop_gluon), one launch instead of prologue + GEMM."""
+    dependent on the kernel before it (kernels/pdl.py; sm_90+)."""
     tiles = bn // (16 * num_warps)  # m16 row tiles per warp
     if bm not in (8, 16) or bn % (16 * num_warps) or tiles & (tiles - 1):
         raise ValueError(f"paroquant mma_gl: bm (tokens) must be 8 or 16 and BN={bn} a power-of-two "
                          f"multiple of 16 x {num_warps} warps")
     a, *rest = args
-    all_ring = num_stages > 2 and args[11] % 16 == 0
-    if coop is None:
-        rot = (a, 0, a, a, a, a, a, args[9], 0)  # placeholders: read only with COOP
-        krot = 1
-    else:
-        x, tables, sync = coop
-        m, g = args[10], args[13]
-        if stream or pdl or not all_ring or m > bm or bm != 8:
-            raise ValueError("paroquant mma_gl rotates its own activations (coop) on a tiles x split grid of "
-                             f"8-token tiles with the whole ring (3+ stages, N % 16 == 0) and M <= 8; got bm={bm} "
-                             f"M={m} stages={num_stages} N={args[11]} stream={stream} pdl={pdl}")
-        if sync.dtype != torch.int32 or sync.numel() < 2 + tables.parts * g:
-            raise RuntimeError(f"paroquant mma_gl (coop): the sync scratch needs {2 + tables.parts * g} int32 words")
-        rot = (x, x.stride(0), tables.partner, tables.cos, tables.ssin, tables.cs, a, sync, tables.parts * g)
-        krot = tables.krot
-    paro_mma_gl[grid](a.view(torch.int32), *rest, *rot, BN=bn, BT=bm, WARPS=num_warps,
-                      RING=num_stages if num_stages > 1 else 0, ALL=all_ring,
-                      HAS_BIAS=has_bias, STREAM=stream, PDL=pdl, COOP=coop is not None, KROT=krot,
-                      COOPV=int(__import__('os').environ.get('COOPV', '1')),
-                      num_warps=num_warps, launch_pdl=pdl, **({"maxnreg": maxnreg} if maxnreg else {}))
+    paro_mma_gl[grid](a.view(torch.int32), *rest, BN=bn, BT=bm, WARPS=num_warps,
+                      RING=num_stages if num_stages > 1 else 0, ALL=num_stages > 2 and args[11] % 16 == 0,
+                      HAS_BIAS=has_bias, STREAM=stream, PDL=pdl, num_warps=num_warps, launch_pdl=pdl,
+                      **({"maxnreg": maxnreg} if maxnreg else {}))
     return args[6]
