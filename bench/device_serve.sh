@@ -9,6 +9,7 @@
 #   bash bench/device_serve.sh setup tests      # call 2: vLLM, radiance, the models; the GPU tests
 #   bash bench/device_serve.sh eval             # call 3: every stack in eval mode, CHECKALL, CPU reference
 #   bash bench/device_serve.sh prod             # call 4: prod mode, the serving numbers, a second start
+#                                               # (DECODE: bench_serve's --decode, e.g. more rounds)
 #   bash bench/device_serve.sh kernels          # call 5: the kernel benchmarks
 set -eo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -73,7 +74,7 @@ for phase in "$@"; do
       R=${RELAUNCH-paro}  # RELAUNCH= (empty) skips the second start
       # PROD_S: a deadline (SIGINT: bench_serve still writes what it measured and stops the servers)
       timeout -s INT ${PROD_S:-0} python3 bench/bench_serve.py --stacks $STACKS --mode prod $ALL --parallel-start \
-        ${R:+--relaunch $R} --startup-s ${STARTUP_S:-540} --out $OUT/serve-prod.json --logs /tmp/logs-prod \
+        ${R:+--relaunch $R} --startup-s ${STARTUP_S:-540} ${DECODE:+--decode $DECODE} --out $OUT/serve-prod.json --logs /tmp/logs-prod \
         || echo "bench_serve: FAIL"
       tar czf $OUT/logs-prod.tgz -C /tmp logs-prod
       for f in serve-eval.json checks-h200.json; do [ -f $OUT/$f ] || cp /tmp/keep/$f $OUT/ 2>/dev/null || true; done

@@ -206,9 +206,7 @@ def _producers_on(run: dict) -> str:
     return " + ".join(on) or "off"
 
 
-def producers(layer: Path, sites: Path, serve: Path) -> list[str]:
-    from serve_compare import pair  # bench/
-
+def producers(layer: Path, sites: Path, serves: list[Path]) -> list[str]:
     rows = [json.loads(line) for line in layer.read_text().splitlines() if line.strip()]
     allsites = [json.loads(line) for line in sites.read_text().splitlines() if line.strip()]
     srows = [r for r in allsites if r["path"].startswith("site_")]
@@ -241,15 +239,33 @@ def producers(layer: Path, sites: Path, serve: Path) -> list[str]:
                 "`pq2_ops.PRODUCER_MAX_M`), against the unfused op then the quantizer, µs per call:", "",
                 "| site | M | unfused (norm or silu*mul, then quantizer) | producer |", "|---|---|---|---|"]
         out += [f"| {r['path'][9:]} | {r['M']} | {r['unfused_us']:.2f} | {r['fused_us']:.2f} |" for r in qrows]
+    for path in serves:
+        out += served(path)
+    return out + [""]
+
+
+def served(serve: Path) -> list[str]:
+    """One serving run of stacks with the producers on and off (serve-producers-*.json): the table and
+    each fused stack's pair check against its method's unfused stack."""
+    from serve_compare import pair  # bench/
+
     r = json.loads(serve.read_text())
+    out = []
     runs = {k: x for k, x in r["runs"].items() if "error" not in x}
     # each stack against the stack of the same method with the producers off
     offs = {x["quant"]: k for k, x in runs.items() if _producers_on(x) == "off"}
     best = lambda x, c: max(y["tokens_per_s"] for y in (x[c][1:] or x[c]))  # noqa: E731 -- later rounds
+    # how far the later rounds of one stack at one concurrency move on their own: ratios below it are noise
+    later = [[y["tokens_per_s"] for y in x[c][1:]] for x in runs.values() for c in ("c1", "c4", "c16")]
+    spread = max((max(v) / min(v) for v in later if len(v) > 1), default=1.0)
     out += ["", f"Served ({r['gpu']}, {r['date']}, commit `{r['commit'][:10]}`, vLLM {r['versions']['vllm']}, prod mode, "
             f"`{Path(r['stacks_file']).name}`, the 27B-width model of the serving table): decode tok/s per round; "
             "×off: the best round after the first (which overlaps the other servers' start-up) against the stack "
-            "of the same method with the producers off. This run kept paroquant's norm producer to one row.", "",
+            "of the same method with the producers off." + (" This run kept paroquant's norm producer to one row."
+                                                          if any(x["quant"] == "paroquant" for x in runs.values())
+                                                          else "") +
+            f" The later rounds of one stack at one concurrency differ by up to {spread:.2f}x in this run: "
+            "ratios closer to 1 than that are within its noise.", "",
             "| stack | producers | c=1 | c=4 | c=16 | c=1 ×off | c=4 ×off | c=16 ×off |", "|---" * 8 + "|"]
     for name, x in runs.items():
         off = runs[offs[x["quant"]]]
@@ -268,7 +284,7 @@ def producers(layer: Path, sites: Path, serve: Path) -> list[str]:
                        f"{d['tolerance']['prompt_mean']:.4f}: {d['tolerance']['rule']}) -> "
                        f"{'ok' if d['ok'] else 'FAIL'}; greedy tokens agree {d['greedy_agree']}/{d['greedy_total']} "
                        "before the first divergence.")
-    return out + [""]
+    return out
 
 
 def page() -> str:
@@ -287,7 +303,8 @@ def page() -> str:
         lines += pq2_kernels(p)
     for p in sorted(RESULTS.glob("producers-layer-*.jsonl")):
         gpu = p.name[len("producers-layer-"):-len(".jsonl")]
-        lines += producers(p, RESULTS / f"producers-sites-{gpu}.jsonl", RESULTS / f"serve-producers-{gpu}.json")
+        lines += producers(p, RESULTS / f"producers-sites-{gpu}.jsonl",
+                           sorted(RESULTS.glob(f"serve-producers-*{gpu}.json")))
     return "\n".join(lines).rstrip() + "\n"
 
 
