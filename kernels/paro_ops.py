@@ -170,24 +170,8 @@ def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
     kind = None if tile else kind_for(layer, m)  # `tile` overrides the plan (benchmark sweeps, tests)
     if kind == "scratch":
         return paro_scratch.forward(layer, x, bias, _SCRATCH[x.device].deq)
-    t = tile or tile_for(layer, m, kind)
-    pf = _prefetch(layer, t)
-    return _gemm_after(layer, m, x.dtype,
-                       lambda tables, mode, dep: paro_rotate.rotate(x, tables, mode, trigger=dep, prefetch=pf), bias, t)
-
-
-def _prefetch(layer: ParoLayer, t: Tile):
-    """EXPERIMENT (PF_MB): the prologue prefetches into L2 the leading groups of each split-K range."""
-    import os
-    mb = float(os.environ.get("PF_MB", "0"))
-    if not mb or t.kind != "mma_gl" or t.persist:
-        return None
-    g = layer.k // GROUP_SIZE
-    gps = -(-g // t.split)
-    split = -(-g // gps)
-    row = layer.n * 64  # one group's weight bytes
-    f = max(1, min(gps, int(mb * (1 << 20) / (split * row))))
-    return layer.wb, split * f * row // 128, f * row // 128, gps * row
+    return _gemm_after(layer, m, x.dtype, lambda tables, mode, dep: paro_rotate.rotate(x, tables, mode, trigger=dep),
+                       bias, tile or tile_for(layer, m, kind))
 
 
 def fuses(layer: ParoLayer, producer) -> bool:

@@ -192,30 +192,14 @@ def _group_program(M, BM: tl.constexpr):
 
 
 @triton.jit
-def _l2_prefetch(PF, PF_LINES, PF_BLOCK_LINES, PF_STRIDE, CH: tl.constexpr):
-    # this program's share of PF_LINES 128-byte lines (blocks of PF_BLOCK_LINES, PF_STRIDE bytes apart)
-    pid = tl.program_id(0) + tl.num_programs(0) * (tl.program_id(1) + tl.num_programs(1) * tl.program_id(2))
-    nprog = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
-    per = (PF_LINES + nprog - 1) // nprog
-    for c in range(0, per, CH):
-        ln = tl.minimum(pid * per + c + tl.arange(0, CH), PF_LINES - 1)
-        ptr = PF + (ln // PF_BLOCK_LINES).to(tl.int64) * PF_STRIDE + (ln % PF_BLOCK_LINES).to(tl.int64) * 128
-        tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptr], dtype=tl.int32,
-                                  is_pure=False, pack=1)
-
-
-@triton.jit
 def _rotate_kernel(X, PARTNER, COS, SSIN, CS, A, S, RS,
                    M, K, G, stride_xm,
                    KROT: tl.constexpr, BM: tl.constexpr, OUT_MODE: tl.constexpr, IDENT: tl.constexpr,
-                   TRIGGER: tl.constexpr = False, PF=None, PF_LINES=0, PF_BLOCK_LINES=1, PF_STRIDE=0,
-                   PREFETCH: tl.constexpr = False):
+                   TRIGGER: tl.constexpr = False):
     # IDENT: rows of the 128x128 identity instead of X -- the rotation applied to it is the group's
     # whole rotation as a matrix (group_matrices)
     if TRIGGER:  # the GEMM launched after it (programmatic dependent launch, sm_90) may start now
         tl.extra.cuda.gdc_launch_dependents()
-    if PREFETCH:
-        _l2_prefetch(PF, PF_LINES, PF_BLOCK_LINES, PF_STRIDE, 128)
     g, p, rows, cols, rmask = _group_program(M, BM)
     kk = g * 128 + cols
     if IDENT:
@@ -296,8 +280,7 @@ def group_matrices(tables: RotTables, device, mode: int = HILO) -> torch.Tensor:
 
 def rotate(x: torch.Tensor, tables: RotTables, mode: int,
            out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-           bm: int | None = None, warps: int | None = None, dense: bool | None = None, trigger: bool = False,
-           prefetch=None):
+           bm: int | None = None, warps: int | None = None, dense: bool | None = None, trigger: bool = False):
     """x [M, K] (bf16/fp16/fp32) -> (A [P, M, K], S [P, M, G] fp32, RS [P, M, G] fp32).
     S is None in ROT32(P) and PLAIN(W) modes, RS in PLAIN(W). bm / warps override the rows per
     program and warps (tile sweeps); dense forces (or refuses) the tensor-core path that
@@ -325,11 +308,7 @@ def rotate(x: torch.Tensor, tables: RotTables, mode: int,
         bm, warps = bm or tbm, warps or twarps
         _rotate_kernel[(g, triton.cdiv(m, bm), parts)](x, tables.partner, tables.cos, tables.ssin, tables.cs, a,
                                                        s, rs, m, k, g, x.stride(0), KROT=tables.krot, BM=bm,
-                                                       OUT_MODE=mode, IDENT=False, TRIGGER=trigger, num_warps=warps,
-                                                       **({} if prefetch is None else dict(
-                                                           PF=prefetch[0], PF_LINES=prefetch[1],
-                                                           PF_BLOCK_LINES=prefetch[2], PF_STRIDE=prefetch[3],
-                                                           PREFETCH=True)))
+                                                       OUT_MODE=mode, IDENT=False, TRIGGER=trigger, num_warps=warps)
     return returned(mode, a, s, rs)
 
 
