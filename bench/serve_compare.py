@@ -15,7 +15,7 @@ import argparse
 import json
 import re
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -37,6 +37,10 @@ REFERENCE_LOGPROB_MEAN = 0.05
 # (RADIANCE_PQ_I8=1) quantizes the activations to int8 per 128-group, which the exact fp32 reference
 # does not (pq2's reference does: its activations are int8 by format)
 CHECKALL_REL_MAX = {"paroquant": 2e-2, "paroquant-i8": 6e-2, "pq2": 2e-2}
+# CHECKALL's producer lines (plugin/checkall_producers.py): the fused site against the unfused one on
+# the same inputs, both served kernels -- what the GPU tests gate per kernel (2e-3 relative); the
+# residual the rest of the model reads must be the unfused one exactly
+PRODUCER_REL_MAX = 2e-3
 
 
 def _agree_prefix(a: list, b: list) -> int:
@@ -133,6 +137,28 @@ def _log(run: dict, logs: Path | None) -> Path:
     """A run's server log: where the results say, or under LOGS when the logs were moved (fetched)."""
     return logs / Path(run["log"]).name if logs else Path(run["log"])
 CHECK_RE = re.compile(r"CHECKALL (\S+) (\w+) N=(\d+) K=(\d+) M=(\d+) rel=(\S+) rel_fp32=(\S+)")
+PRODUCER_RE = re.compile(r"CHECKALL (\S+) \w+ N=\d+ K=\d+ M=\d+ producer=(\w+) fused_rel=(\S+) residual=(\S+)")
+
+
+def _producers_checked(name: str, run: dict, text: str) -> tuple[bool, dict | None]:
+    """A stack with the producer knobs set: its CHECKALL producer lines, each within PRODUCER_REL_MAX
+    with the residual exact; None when the knobs are off."""
+    env = run.get("env", {})
+    if not any(str(env.get(k)) == "1" for k in ("RADIANCE_PQ_ROT_STREAM", "RADIANCE_PQ_ROT_STREAM2")):
+        return True, None
+    found = PRODUCER_RE.findall(text)
+    if not found:
+        print(f"{name:>10}: producer knobs set but no CHECKALL producer line -> FAIL")
+        return False, {"sites": 0, "ok": False}
+    worst = max(float(r) for _, _, r, _ in found)
+    residual_ok = all(res in ("exact", "none") for _, _, _, res in found)
+    good = worst <= PRODUCER_REL_MAX and residual_ok
+    kinds = dict(Counter(k for _, k, _, _ in found))
+    print(f"{name:>10}: CHECKALL producers {kinds} on {len({n for n, *_ in found})} linears, fused vs unfused max rel "
+          f"{worst:.2e} (tolerance {PRODUCER_REL_MAX}), residual {'exact' if residual_ok else 'DIFFERS'} "
+          f"-> {'ok' if good else 'FAIL'}")
+    return good, {"calls": kinds, "linears": len({n for n, *_ in found}), "max_rel": worst,
+                  "residual_exact": residual_ok, "ok": good, "tolerance": PRODUCER_REL_MAX}
 
 
 def checkall(results: Path, logs: Path | None = None) -> tuple[bool, dict]:
@@ -143,7 +169,8 @@ def checkall(results: Path, logs: Path | None = None) -> tuple[bool, dict]:
             continue
         log = _log(run, logs)
         per_layer: dict[str, list[float]] = defaultdict(list)
-        for m in CHECK_RE.finditer(log.read_text(errors="replace")):
+        text = log.read_text(errors="replace")
+        for m in CHECK_RE.finditer(text):
             per_layer[m.group(1)].append(float(m.group(6)))
         kind = run["quant"] + ("-i8" if run["env"].get("RADIANCE_PQ_I8") == "1" else "")
         if not per_layer:
@@ -158,6 +185,10 @@ def checkall(results: Path, logs: Path | None = None) -> tuple[bool, dict]:
                      "tolerance": CHECKALL_REL_MAX[kind]}
         print(f"{name:>10}: CHECKALL {kind} on {len(per_layer)} layers, {calls} calls, max rel {worst:.2e} "
               f"(tolerance {CHECKALL_REL_MAX[kind]}) -> {'ok' if good else 'FAIL'}")
+        p_ok, p_rec = _producers_checked(name, run, text)
+        ok &= p_ok
+        if p_rec is not None:
+            rec[name]["producers"] = p_rec
     return ok, rec
 
 

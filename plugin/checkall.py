@@ -9,7 +9,9 @@ the kernel's output dtype (0 for the CPU path, which is exact); `rel_fp32` adds 
 (~1.6e-3 for bf16 outputs). The reference dequantizes the raw checkpoint tensors in chunks of
 `CHUNK` output columns (never a full code matrix: the seed's int64 version OOM'd a worker), per
 projection, so it also checks the rotation dedup and the partition mapping. Calls whose input is
-all zeros (vLLM's profile run) are labeled `zero-input` instead of passing vacuously.
+all zeros (vLLM's profile run) are labeled `zero-input` instead of passing vacuously. With the
+producer knobs set, the linears fed by a norm or silu-mul also check the fused producers
+(plugin/checkall_producers.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 from radiance.kernels import reference
 from radiance.kernels.formats.pq2 import Pq2Tensors
 from radiance.knobs import checkall_shapes, knob, knob_int
+from radiance.plugin import checkall_producers
 from radiance.plugin.layout import Layout
 from radiance.plugin.params import partition_rotation
 
@@ -77,6 +80,9 @@ def checker(layer, lay: Layout, method: str, exact: Callable, n_rank: int, k_ran
     max_m = knob_int("RADIANCE_PQ_CHECK_MAX_M")
     max_calls = knob_int("RADIANCE_PQ_CHECK_MAX_CALLS") if knob("RADIANCE_PQ_CHECK_MAX_CALLS") else None
     done = [0]
+    producers = any(checkall_producers.asked())
+    if producers:
+        checkall_producers.install()
 
     def check(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None) -> None:
         rows = x[:max_m]
@@ -93,5 +99,7 @@ def checker(layer, lay: Layout, method: str, exact: Callable, n_rank: int, k_ran
         rel = float((got - ref.to(y.dtype).float()).norm() / norm)
         rel_fp32 = float((got - ref).norm() / norm)
         log.info("%s rel=%.3e rel_fp32=%.3e call=%d%s", head, rel, rel_fp32, done[0], where)
+        if producers:
+            checkall_producers.check(layer, head, x, y, bias, max_m)
 
     return check

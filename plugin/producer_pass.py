@@ -9,9 +9,10 @@ with no other user of that output is replaced, pair and all, by one op of plugin
 
 Why a pass and not a model-level hook: vLLM already compiles every model through this graph, a pass
 sees each site once whatever the model class, and an eager run (eval mode, CHECKALL) runs no pass,
-so it stays the unfused reference. It is installed as inductor's `post_grad_custom_post_pass`,
-which vLLM runs after its own fusions and before lowering its IR ops; its uuid keys inductor's
-cache. vLLM's allreduce + RMSNorm fusion (TP > 1, where it runs) takes its norms first.
+so it stays the unfused reference (CHECKALL runs the fused producers beside it:
+plugin/checkall_producers.py). It is installed as inductor's `post_grad_custom_post_pass`, which
+vLLM runs after its own fusions and before lowering its IR ops; its uuid keys inductor's cache.
+vLLM's allreduce + RMSNorm fusion (TP > 1, where it runs) takes its norms first.
 """
 
 from __future__ import annotations
@@ -246,7 +247,8 @@ def install(cfg) -> None:
         raise ValueError(f"RADIANCE_PQ_ROT_STREAM / _ROT_STREAM2 need inductor's {POST_PASS}, which this launch already "
                          f"sets to {current!r}; unset the knobs or that option")
     if (cfg.model_config is not None and cfg.model_config.enforce_eager) or cc.mode != CompilationMode.VLLM_COMPILE:
-        log.info("producers: not fused (an eager or uncompiled run takes no graph pass; the unfused ops run)")
+        log.info("producers: not fused (an eager or uncompiled run takes no graph pass; the unfused ops run%s)",
+                 "; CHECKALL runs the fused ones beside them" if knob("RADIANCE_PQ_CHECKALL") else "")
         return
     cc.inductor_compile_config[POST_PASS] = ProducerPass(norms, acts)
     log.info("producers: fusing %s into the rotated linears' prologues",

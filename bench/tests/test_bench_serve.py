@@ -56,3 +56,21 @@ def test_bench_serve_measures_a_stack_and_the_checks_pass(qwen_bf16_dir, tmp_pat
     assert run["c1"][0]["tokens_per_s"] > 0 and run["prefill"]["ttft_p50_s"] > 0
     assert "ok" in _run(str(BENCH / "serve_compare.py"), "checkall", str(out))
     assert "ok" in _run(str(BENCH / "serve_compare.py"), "reference", str(out), "paro", str(small / "paroquant"))
+
+
+def test_checkall_judges_the_producer_lines(tmp_path, monkeypatch):
+    """A stack with the producer knobs needs CHECKALL producer lines (plugin/checkall_producers.py), each
+    fused site within 2e-3 of the unfused one and the residual exact; a stack without the knobs
+    needs none."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import serve_compare
+
+    line = ("INFO [radiance] CHECKALL model.layers.3.mlp.down_proj paroquant N=256 K=512 M=7 "
+            "producer={kind} fused_rel={rel} residual={res}\n")
+    knobs = {"RADIANCE_PQ_ROT_STREAM": "1", "RADIANCE_PQ_ROT_STREAM2": 1}
+    good = line.format(kind="norm", rel="1.2e-03", res="exact") + line.format(kind="silu_mul", rel="3.0e-04", res="none")
+    assert serve_compare._producers_checked("s", {"env": knobs}, good)[0]
+    assert serve_compare._producers_checked("s", {"env": {}}, "") == (True, None)
+    for bad in (line.format(kind="norm", rel="4.0e-03", res="exact"), line.format(kind="norm", rel="0", res="1.0e-03"),
+                "no producer line\n"):
+        assert not serve_compare._producers_checked("s", {"env": knobs}, good + bad if "CHECKALL" in bad else bad)[0]

@@ -139,3 +139,59 @@ def test_checkall_needs_eager_and_a_valid_value(tiny, tmp_path, vllm_dist, monke
     monkeypatch.setenv("RADIANCE_PQ_CHECKALL", "512x256")
     with pytest.raises(ValueError, match="expected comma-separated N:K pairs"):
         tiny.load_in_vllm(ckpt)
+
+
+def test_checkall_runs_the_fused_producers_beside_the_unfused_path(tiny, tmp_path, vllm_dist, monkeypatch,
+                                                                   radiance_log):
+    """With the producer knobs, a gated linear fed straight by vLLM's RMSNorm or SiluAndMul also runs
+    the fused site (ops.produced_forward) on that op's own inputs and logs it against the call it
+    served (plugin/checkall_producers.py; bench/serve_compare.py judges the lines at 2e-3). On the CPU
+    the fused path is the unfused reference (ops.PRODUCED['cpu']): it must agree to rounding with
+    vLLM's own norm, keep the residual exact, and a fused path 1 % off must show."""
+    from radiance.kernels import ops
+    from radiance.plugin import checkall, checkall_producers
+
+    monkeypatch.setenv("RADIANCE_PQ_CHECKALL", "512:256,1024:256,256:512")
+    monkeypatch.setenv("RADIANCE_CPU_WEIGHTS", "fp32")
+    state = tiny.quantize_state(tiny.dense_state(), "paroquant", shared_qkv=False)
+    model, _ = tiny.load_in_vllm(tiny.write_checkpoint(tmp_path / "ckpt", state, tiny.PARO_CFG))
+    # the knobs are an error at a CPU load (nothing fuses there): set after it, the checkers made again
+    monkeypatch.setenv("RADIANCE_PQ_ROT_STREAM", "1")
+    monkeypatch.setenv("RADIANCE_PQ_ROT_STREAM2", "1")
+    layer = model.model.layers[1]
+    linears = (layer.self_attn.qkv_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj, layer.self_attn.o_proj)
+    for mod in linears:
+        lay, prep = mod._radiance_layout, mod._radiance_prep
+        mod._radiance_check = checkall.checker(mod, lay, "paroquant", checkall.paroquant_exact, prep.out_features,
+                                               prep.in_features)
+    try:
+        def block(scale: float = 1.0):
+            gen = torch.Generator().manual_seed(1)
+            x, res = (scale * torch.randn(5, tiny.H, generator=gen).bfloat16() for _ in range(2))
+            layer.self_attn.qkv_proj(layer.input_layernorm(x))
+            h, _ = layer.post_attention_layernorm(x, res)
+            gu, _ = layer.mlp.gate_up_proj(h)
+            layer.mlp.down_proj(layer.mlp.act_fn(gu))
+            layer.self_attn.o_proj(x)  # not gated: no line
+
+        def lines():
+            found = [r.getMessage() for r in radiance_log.records if " producer=" in r.getMessage()]
+            radiance_log.clear()
+            return {ln.split()[1].split(".")[-1]: ln for ln in found}
+
+        block()
+        seen = lines()
+        assert set(seen) == {"qkv_proj", "gate_up_proj", "down_proj"}, seen
+        assert "producer=norm" in seen["qkv_proj"] and "residual=none" in seen["qkv_proj"]
+        assert "producer=norm" in seen["gate_up_proj"] and "residual=exact" in seen["gate_up_proj"]
+        assert "producer=silu_mul" in seen["down_proj"]
+        rels = {k: float(re.search(r"fused_rel=(\S+)", v)[1]) for k, v in seen.items()}
+        assert all(r <= 2e-3 for r in rels.values()), rels  # vLLM's norm and the reference: rounding only
+
+        unfused = ops.PRODUCED["cpu"]["paroquant"]
+        monkeypatch.setitem(ops.PRODUCED["cpu"], "paroquant", lambda prep, p, bias: 1.01 * unfused(prep, p, bias))
+        block(2.0)
+        rels = {k: float(re.search(r"fused_rel=(\S+)", v)[1]) for k, v in lines().items()}
+        assert len(rels) == 3 and all(0.009 < r < 0.011 for r in rels.values()), rels
+    finally:
+        checkall_producers.uninstall()
