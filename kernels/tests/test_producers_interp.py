@@ -94,6 +94,14 @@ def _main() -> None:
     warmup.warm_producers(prep, spec, torch.device("cpu"))
     check("warm-up producer calls (norm 2 x 1 row, silu-mul 16)",
           abs(calls.count("norm") - 2) + abs(calls.count("silu_mul") - 16), 0)
+    spec = warmup.LinearSpec("pq2", (256,), k, False, "float16")  # pq2 fuses both to its own band
+    prep = warmup.synthetic(spec, torch.device("cpu"), platform="cuda")
+    calls.clear()
+    real = ops.PRODUCED["cuda"]["pq2"]
+    ops.PRODUCED["cuda"]["pq2"] = lambda *a: calls.append(a[1].KIND) or real(*a)
+    warmup.warm_producers(prep, spec, torch.device("cpu"))
+    check("pq2 warm-up producer calls (norm 2 x 16 rows, silu-mul 16)",
+          abs(calls.count("norm") - 2 * pq2_ops.PRODUCER_MAX_M) + abs(calls.count("silu_mul") - 16), 0)
     if failures:
         sys.exit(f"failed: {failures}")
     print("checks passed")
