@@ -50,6 +50,7 @@ def install() -> None:
     from vllm.model_executor.layers.layernorm import RMSNorm
 
     norms, acts = asked()
+    before = len(_SAVED)
     if norms and RMSNorm not in _SAVED:
         _SAVED[RMSNorm] = RMSNorm.__dict__.get("forward")
         norm_forward = RMSNorm.forward
@@ -73,7 +74,7 @@ def install() -> None:
             return out
 
         SiluAndMul.forward = silu_and_mul
-    if norms or acts:
+    if len(_SAVED) > before:
         log.info("CHECKALL: the gated linears fed by %s also run the fused producers, against the unfused path",
                  " and ".join(w for w, on in (("RMSNorm", norms), ("SiluAndMul", acts)) if on))
 
