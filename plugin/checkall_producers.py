@@ -25,7 +25,7 @@ from radiance.knobs import knob
 
 log = logging.getLogger("radiance.plugin.checkall")
 KEEP = 8  # recorded calls kept (a linear consumes its producer's output right after it)
-# the output's (address, shape) -> (output, producer on cloned inputs, residual out); the output is
+# the output's (address, size, width) -> (output, producer on cloned inputs, residual out); the output is
 # held, so its address is not reused meanwhile (the linear gets it reshaped: a new tensor, same data)
 _SEEN: OrderedDict[tuple, tuple] = OrderedDict()
 
