@@ -154,10 +154,11 @@ def _producers_checked(name: str, run: dict, text: str) -> tuple[bool, dict | No
     residual_ok = all(res in ("exact", "none") for _, _, _, res in found)
     good = worst <= PRODUCER_REL_MAX and residual_ok
     kinds = dict(Counter(k for _, k, _, _ in found))
-    print(f"{name:>10}: CHECKALL producers {kinds} on {len({n for n, *_ in found})} linears, fused vs unfused max rel "
+    linears = len({n for n, *_ in found})
+    print(f"{name:>10}: CHECKALL producers {kinds} on {linears} linears, fused vs unfused max rel "
           f"{worst:.2e} (tolerance {PRODUCER_REL_MAX}), residual {'exact' if residual_ok else 'DIFFERS'} "
           f"-> {'ok' if good else 'FAIL'}")
-    return good, {"calls": kinds, "linears": len({n for n, *_ in found}), "max_rel": worst,
+    return good, {"calls": kinds, "linears": linears, "max_rel": worst,
                   "residual_exact": residual_ok, "ok": good, "tolerance": PRODUCER_REL_MAX}
 
 

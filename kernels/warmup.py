@@ -92,8 +92,7 @@ def warm_producers(prep: ops.PreparedLinear, spec: LinearSpec, device: torch.dev
                    bias: torch.Tensor | None = None) -> None:
     """The fused producers the knobs turn on (RADIANCE_PQ_ROT_STREAM / _ROT_STREAM2), at every row
     count each runs fused: a layer of this spec may sit after a norm or a silu-mul, so both."""
-    from radiance.kernels.producers import AddRmsNorm, SiluMul
-    from radiance.knobs import knob
+    from radiance.kernels.producers import AddRmsNorm, SiluMul, asked
 
     if not ops.can_produce(prep)[0]:
         return
@@ -105,7 +104,7 @@ def warm_producers(prep: ops.PreparedLinear, spec: LinearSpec, device: torch.dev
         from radiance.kernels.triton.paro_producers import FUSED_MAX_M as band
     dtype = getattr(torch, spec.dtype)
     w = torch.ones(spec.k, dtype=dtype, device=device)
-    for on, kind in ((knob("RADIANCE_PQ_ROT_STREAM") == "1", "norm"), (knob("RADIANCE_PQ_ROT_STREAM2") == "1", "silu_mul")):
+    for on, kind in zip(asked(), ("norm", "silu_mul")):
         for m in range(1, band[kind] + 1) if on else ():
             x = torch.randn(m, spec.k * (2 if kind == "silu_mul" else 1), dtype=dtype, device=device)
             if kind == "silu_mul":

@@ -23,6 +23,7 @@ import torch
 
 from radiance.kernels import reference
 from radiance.kernels.formats.pq2 import Pq2Tensors
+from radiance.kernels.producers import asked
 from radiance.knobs import checkall_shapes, knob, knob_int
 from radiance.plugin import checkall_producers
 from radiance.plugin.layout import Layout
@@ -80,7 +81,7 @@ def checker(layer, lay: Layout, method: str, exact: Callable, n_rank: int, k_ran
     max_m = knob_int("RADIANCE_PQ_CHECK_MAX_M")
     max_calls = knob_int("RADIANCE_PQ_CHECK_MAX_CALLS") if knob("RADIANCE_PQ_CHECK_MAX_CALLS") else None
     done = [0]
-    producers = any(checkall_producers.asked())
+    producers = any(asked())
     if producers:
         checkall_producers.install()
 

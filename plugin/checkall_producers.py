@@ -20,19 +20,13 @@ from collections import OrderedDict
 import torch
 
 from radiance.kernels import ops
-from radiance.kernels.producers import AddRmsNorm, SiluMul
-from radiance.knobs import knob
+from radiance.kernels.producers import AddRmsNorm, SiluMul, asked
 
 log = logging.getLogger("radiance.plugin.checkall")
 KEEP = 8  # recorded calls kept (a linear consumes its producer's output right after it)
 # the output's (address, size, width) -> (output, producer on cloned inputs, residual out); the output is
 # held, so its address is not reused meanwhile (the linear gets it reshaped: a new tensor, same data)
 _SEEN: OrderedDict[tuple, tuple] = OrderedDict()
-
-
-def asked() -> tuple[bool, bool]:
-    """(norms, silu-mul): which producers the knobs ask for."""
-    return knob("RADIANCE_PQ_ROT_STREAM") == "1", knob("RADIANCE_PQ_ROT_STREAM2") == "1"
 
 
 def _remember(out: torch.Tensor, producer, residual_out: torch.Tensor | None) -> None:
@@ -103,12 +97,15 @@ def check(layer, head: str, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor
         p = AddRmsNorm(p.x[:max_m], None if p.residual is None else p.residual[:max_m], p.weight, p.eps)
     else:
         p = SiluMul(p.gu[:max_m])
-    got = ops.produced_forward(prep, p, bias).float()
-    want = y[:max_m].float()
-    rel = float((got - want).norm() / want.norm().clamp_min(1e-30))
+    got = ops.produced_forward(prep, p, bias)
+    want = y[:max_m]
     res = "none"
     if residual_out is not None:
         ro, want_ro = p.residual_out, residual_out[:max_m]
-        res = "exact" if torch.equal(ro, want_ro) else \
-            f"{float((ro.float() - want_ro.float()).norm() / want_ro.float().norm().clamp_min(1e-30)):.3e}"
-    log.info("%s producer=%s fused_rel=%.3e residual=%s", head, p.KIND, rel, res)
+        res = "exact" if torch.equal(ro, want_ro) else f"{_rel(ro, want_ro):.3e}"
+    log.info("%s producer=%s fused_rel=%.3e residual=%s", head, p.KIND, _rel(got, want), res)
+
+
+def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
+    want = want.float()
+    return float((got.float() - want).norm() / want.norm().clamp_min(1e-30))

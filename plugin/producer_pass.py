@@ -32,7 +32,7 @@ from torch._guards import detect_fake_mode
 from torch.utils._pytree import tree_map
 from vllm.compilation.passes.inductor_pass import InductorPass
 
-from radiance.kernels import ops
+from radiance.kernels import ops, producers
 from radiance.knobs import knob
 from radiance.plugin import custom_op
 
@@ -230,7 +230,7 @@ def _view_chain(node: fx.Node) -> list[fx.Node]:
 def install(cfg) -> None:
     """Put the pass into the vLLM config being built (the quant config's get_quant_method runs before
     vLLM's compiler copies it) when RADIANCE_PQ_ROT_STREAM / _ROT_STREAM2 ask for it."""
-    norms, acts = knob("RADIANCE_PQ_ROT_STREAM") == "1", knob("RADIANCE_PQ_ROT_STREAM2") == "1"
+    norms, acts = producers.asked()
     if not (norms or acts) or cfg is None:
         return
     cc = cfg.compilation_config
