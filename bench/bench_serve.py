@@ -112,7 +112,8 @@ class Server:
 
     def launcher_lines(self) -> list[str]:
         text = self.log.read_text(errors="replace")
-        return [ln for ln in text.splitlines() if re.search(r"radiance-launch: kernels:|\[radiance\] kernels:", ln)]
+        return [ln for ln in text.splitlines()
+                if re.search(r"radiance-launch: (kernels|cpu|cpu gemm):|\[radiance\] kernels:", ln)]
 
 
 JIT_RE = re.compile(r"JIT compilation during inference: (\w+)")
@@ -170,8 +171,24 @@ def header() -> dict:
             versions[dist] = md.version(dist)
         except md.PackageNotFoundError:
             pass
-    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "gpu": gpu,
+    head = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "gpu": gpu,
             "commit": os.environ.get("BENCH_COMMIT", "unknown"), "versions": versions}
+    return head | ({"cpu": cpu_facts()} if gpu == "cpu" else {})
+
+
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def cpu_facts() -> dict:
+    """The CPU a CPU run served on: its name, cores, the flags vLLM's CPU kernels depend on, and the
+    caps that make it serve as an older CPU (radiance/testing/avx2_host sets them: the flags are the
+    machine's own, the kernels those of the capped ISA)."""
+    info = Path("/proc/cpuinfo").read_text()
+    name = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "unknown")
+    flags = set(next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), []))
+    return {"model": name, "cores": os.cpu_count(), "flags": [f for f in CPU_FLAGS if f in flags],
+            "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
+            "aten_cpu_capability": os.environ.get("ATEN_CPU_CAPABILITY")}
 
 
 def main(argv: list[str] | None = None) -> int:

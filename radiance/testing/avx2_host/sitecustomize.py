@@ -15,7 +15,6 @@ import os
 
 os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
 os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
-os.environ["RADIANCE_EMULATED_CPU"] = "avx2"  # so a log or a result says the host was emulated
 
 try:
     import torch.cpu as _cpu
