@@ -137,6 +137,14 @@ def _template(sf: StackFile, stack: Stack, sp: StackPaths, mode: str) -> BoundTe
     return bundled
 
 
+def _vllm_runs_here(stack: Stack) -> bool:
+    """Whether this interpreter's vLLM is the one that will serve: not for a podman stack planned on
+    the host (its image's vLLM is checked when the launcher runs inside the container)."""
+    from radiance.launcher.launch import in_container  # launch sequences the plan: imported late
+
+    return stack.runtime != "podman" or in_container()
+
+
 def _spec(stack: Stack, mode_spec: Any, environ: Mapping[str, str]) -> int:
     raw = environ.get("RADIANCE_SPEC")
     if raw not in (None, ""):
@@ -201,7 +209,7 @@ def resolve_plan(sf: StackFile, name: str, mode: str, environ: Mapping[str, str]
     drafter_model = sp.drafter if spec else None
     if drafter_model is not None:
         _check_model(sf, stack, drafter_model, ("drafter", "model"), None)
-    if spec and stack.drafter is not None:
+    if spec and stack.drafter is not None and _vllm_runs_here(stack):
         try:
             problem = spec_methods.check_installed(stack.drafter.method, spec_methods.installed())
         except spec_methods.SpecMethodsError as e:

@@ -117,11 +117,11 @@ SpeculativeMethod = Literal["ngram", "medusa", "mlp_speculator", "draft_model", 
 '''
 
 
-def _dry_run(site: Path, home: Path, stacks: Path) -> subprocess.CompletedProcess:
+def _dry_run(site: Path, home: Path, stacks: Path, stack: str = "s") -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RADIANCE_")}
     env |= {"PYTHONPATH": str(site), "RADIANCE_HOME": str(home)}
     exe = Path(sys.executable).with_name("radiance-launch")
-    return subprocess.run([str(exe), "s", "--stacks", str(stacks), "--mode", "prod", "--dry-run"],
+    return subprocess.run([str(exe), stack, "--stacks", str(stacks), "--mode", "prod", "--dry-run"],
                           capture_output=True, text=True, env=env)
 
 
@@ -144,3 +144,12 @@ def test_a_method_the_installed_vllm_lacks_is_refused_at_plan_time(launch_home, 
     r = _dry_run(site, launch_home, stacks)
     assert r.returncode == 2 and "cannot tell which speculative methods the installed vLLM accepts" in r.stderr
     assert "`SpeculativeMethod` is not a module-level Literal[...]" in r.stderr
+
+
+def test_a_podman_stack_is_checked_against_its_images_vllm_not_the_hosts(launch_home, tmp_path):
+    """On the host, a podman stack's drafter method is not held to the host's vLLM (the launcher in
+    the container checks the image's): the example paro dry-runs beside a host vLLM without dflash."""
+    example = Path(__file__).resolve().parents[2] / "deploy" / "stacks.example.yaml"
+    site = write_vllm_dist(tmp_path / "site", "0.20.1", OLD_SPECULATIVE)
+    r = _dry_run(site, launch_home, example, "paro")
+    assert r.returncode == 0 and '"method":"dflash"' in r.stdout, r.stderr
