@@ -11,6 +11,9 @@
 #   bash bench/device_serve.sh prod             # call 4: prod mode, the serving numbers, a second start
 #                                               # (DECODE: bench_serve's --decode, e.g. more rounds)
 #   bash bench/device_serve.sh kernels          # call 5: the kernel benchmarks
+#   bash bench/device_serve.sh profile          # one decode step per kernel, each stack of PROFILE served
+#                                               # alone in-process (bench/profile_step.py)
+#   bash bench/device_serve.sh paro             # bench_paro alone, with vLLM's Machete / Marlin columns
 set -eo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export RADIANCE_HOME=/tmp/rh OUT=${OUT:-/tmp/out} PATH=/tmp/site/bin:$PATH
@@ -87,6 +90,14 @@ for phase in "$@"; do
       grep -rh "radiance. producers" /tmp/logs-prod 2>/dev/null | sort | uniq -c | head -20
       [ -f $OUT/serve-eval.json ] && { python3 bench/serve_compare.py $C modes $OUT/serve-eval.json $OUT/serve-prod.json \
         || echo "modes: FAIL"; } ;;
+    profile)
+      for s in ${PROFILE:-paro awq bf16}; do
+        timeout ${PROFILE_S:-400} python3 bench/profile_step.py --stacks $STACKS --stack $s --out $OUT \
+          ${PROFILE_ARGS:-} 2>&1 | tee $OUT/profile-$s.log | grep -E "c=|Error|error" | tail -8 || echo "profile $s: FAIL"
+      done ;;
+    paro)
+      python3 bench/bench_paro.py --out $OUT --shapes ${PARO_SHAPES:-gate_up,down,qkv,out} --ms 1,4,16,64,2048 --no-sweep \
+        --no-extras 2>&1 | tee $OUT/paro.log | grep -v "^#" | tail -24 ;;
     kernels)
       python3 bench/bench_paro.py --out $OUT --shapes gate_up,down,qkv,out --ms 1,4,16,64,2048 --no-sweep --no-extras \
         2>&1 | tee $OUT/paro.log | tail -30

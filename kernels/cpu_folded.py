@@ -8,7 +8,7 @@ after the channel scales, so
 
 is folded into the dequantized weight once at load: a call is one GEMM on W', the bytes and the
 GEMM of an unquantized model -- vLLM's own CPU GEMM (oneDNN on prepacked weights) when the plugin
-hands it over (`folded_weight` + `PreparedLinear.gemm`), else torch's. pq2's activations are int8 per 128-group by format, which
+hands it over (`gemm_weight` + `PreparedLinear.gemm`), else torch's. pq2's activations are int8 per 128-group by format, which
 no weight can absorb: a call quantizes them as the reference does (`quant_int8_group`), multiplies
 the codes back by their scales and runs the GEMM on the dequantized ternary weight.
 
@@ -32,6 +32,7 @@ from radiance.kernels.formats.pq2 import Pq2Tensors
 from radiance.kernels.linear_spec import ROTATED_METHODS
 
 WEIGHT = "folded"  # prep.data key of the fp32 folded weight until the first call casts it
+DENSE = "w"  # prep.data key of an unquantized linear's weight (kernels/cpu_ops.py)
 
 
 def prepare_paroquant(prep, t: ParoTensors) -> None:
@@ -84,12 +85,14 @@ def prepare_pq2(prep, t: Pq2Tensors) -> None:
     prep.data[WEIGHT] = reference.dequant_pq2(t.qweight, t.scales)  # fp32 [N, K]
 
 
-def folded_weight(prep, dtype: torch.dtype) -> torch.Tensor | None:
-    """The folded weight in `dtype` for a platform GEMM to take over (plugin/cpu_gemm.py), or None
-    when `prep` is not on the folded path; the prepared layer keeps no copy of its own then."""
-    if WEIGHT not in prep.data:
+def gemm_weight(prep, dtype: torch.dtype) -> torch.Tensor | None:
+    """The weight of a layer whose CPU forward is one GEMM (folded, or unquantized), in `dtype`, for
+    a platform GEMM to take over (plugin/cpu_gemm.py), or None when `prep` is on no such path; the
+    prepared layer keeps no copy of its own then."""
+    key = WEIGHT if WEIGHT in prep.data else DENSE if prep.method == "dense" and DENSE in prep.data else None
+    if key is None:
         return None
-    return prep.data.pop(WEIGHT).to(dtype).contiguous()
+    return prep.data.pop(key).to(dtype).contiguous()
 
 
 def _weight(prep, dtype: torch.dtype) -> torch.Tensor:
@@ -112,11 +115,11 @@ def _gemm(prep, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
 
 
 def direct_gemm(prep):
-    """The platform GEMM when it is a layer's whole CPU forward: a rotated method's folded weight
-    handed over by the plugin (`gemm` is only ever set from a folded weight, and only pq2 does work
-    before its GEMM). The plugin then calls it as vLLM calls its own unquantized linears, without
-    the op's dispatch, whose per-call Python cost is a tenth of a small model's decode step."""
-    return prep.gemm if prep.method in ROTATED_METHODS else None
+    """The platform GEMM when it is a layer's whole CPU forward: a rotated method's folded weight or
+    an unquantized weight handed over by the plugin (`gemm` is only ever set from those, and only pq2
+    does work before its GEMM). The plugin then calls it as vLLM calls its own unquantized linears,
+    without the op's dispatch, whose per-call Python cost is a tenth of a small model's decode step."""
+    return prep.gemm if prep.method in (*ROTATED_METHODS, "dense") else None
 
 
 def paroquant_linear(prep, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

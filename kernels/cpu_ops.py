@@ -104,11 +104,13 @@ def _pq2_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None, c
 
 
 def _dense_cpu_prepare(prep: PreparedLinear, weight: torch.Tensor) -> None:
-    prep.data["w"] = weight
+    prep.data[cpu_folded.DENSE] = weight
 
 
 def _dense_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return torch.nn.functional.linear(x, prep.data["w"], bias)
+    if prep.gemm is not None:  # vLLM's own CPU GEMM, handed over by the plugin
+        return prep.gemm(x, bias)
+    return torch.nn.functional.linear(x, prep.data[cpu_folded.DENSE], bias)
 
 
 # method -> (prepare, forward) on CPU; paroquant_mxfp4 runs paroquant's forward: the same rotations

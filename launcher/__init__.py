@@ -1,1 +1,1 @@
-"""radiance-launch: stack schema, device detection, kernels, chat template, compile caches, exec vLLM (docs/stack-file.md)."""
+"""radiance-launch: stack schema, device detection, kernels, chat template, compile caches, vLLM under supervision (docs/stack-file.md)."""

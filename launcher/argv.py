@@ -1,6 +1,6 @@
 """The vLLM command line and environment for a LaunchPlan (step 7), and the `--dry-run` text.
 
-Pure functions of the plan: what `--dry-run` prints is exactly what `exec` runs. The rendered
+Pure functions of the plan: what `--dry-run` prints is exactly what the launcher runs. The rendered
 systemd units call `radiance-launch`, they do not rebuild this.
 """
 
@@ -18,7 +18,7 @@ from radiance.stack import vendor
 # so its `vllm` console script dies on importlib.metadata.version("vllm"), and a vLLM installed
 # without console scripts (pip --target, a bare site directory) has none at all.
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-NEUTRAL_DIR = "/"  # exec from here: a stale .so in a bind-mounted cwd would shadow site-packages
+NEUTRAL_DIR = "/"  # vLLM runs from here: a stale .so in a bind-mounted cwd would shadow site-packages
 
 
 def server_command(plan: LaunchPlan, python: str | None = None) -> list[str]:
@@ -77,7 +77,7 @@ def vllm_env(plan: LaunchPlan) -> dict[str, str]:
 
 
 def dry_run_text(plan: LaunchPlan, python: str | None = None) -> str:
-    """A shell script equivalent to the exec: cd, the variables set, the command (shell-quoted)."""
+    """A shell script that runs what the launcher runs: cd, the variables set, the command (shell-quoted)."""
     lines = [f"# radiance-launch {plan.stack} --mode {plan.mode} (stack file {plan.stack_file})",
              f"# runtime {plan.runtime}, arch {plan.arch}, compile cache key {plan.cache_key}",
              f"# chat template: {plan.template.describe() if plan.template else 'none (the model bundles none)'}",

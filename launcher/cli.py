@@ -37,7 +37,7 @@ def run(
     mode: Annotated[Mode, typer.Option(help="eval: eager, 32K, no drafter, CHECKALL; prod: compiled, full context, drafter")] = Mode.eval,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the vLLM command and environment, then exit 0")] = False,
 ) -> None:
-    """Build kernels, bind the chat template, key the compile cache and exec vLLM for STACK."""
+    """Build kernels, bind the chat template, key the compile cache and serve STACK with vLLM."""
     _log_to_stderr()
     try:
         code = launch(stack, stacks, mode.value, dry_run)

@@ -23,6 +23,7 @@ import httpx
 import typer
 
 from radiance import paths
+from radiance.crash import first_crash, tail
 from radiance.probe import ProbeResult, wait_ready
 from radiance.knobs import knob
 from radiance.launcher.cli import Mode
@@ -53,7 +54,7 @@ def launcher_command(stacks: Path, mode: str) -> list[str]:
 
 
 def stop(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> float:
-    """SIGTERM the server (vLLM itself, after the exec) and wait; seconds it took to exit."""
+    """SIGTERM the server (radiance-launch, which forwards it to vLLM) and wait; seconds it took to exit."""
     t = time.monotonic()
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -130,16 +131,25 @@ def run(once: bool, mode: str, stacks: Path, startup_s: float) -> int:
             return 0
         typer.echo(f"demo: serving; try  curl {base}/v1/models   — Ctrl-C stops it")
         proc.wait()
-        typer.echo(f"demo: the server exited with status {proc.returncode}; log: {log_path}", err=True)
+        typer.echo(failure_report(f"the server exited with status {proc.returncode}", log_path), err=True)
         return proc.returncode or 1
     except KeyboardInterrupt:
         typer.echo(f"\ndemo: stopped (SIGTERM) in {stop(proc):.1f} s")
         return 0
     except (ServerDied, httpx.HTTPError) as e:
         stop(proc)
-        tail = log_path.read_text(errors="replace").splitlines()[-25:]
-        typer.echo(f"demo: {e}\n--- last lines of {log_path} ---\n" + "\n".join(tail), err=True)
+        typer.echo(failure_report(str(e), log_path), err=True)
         return 1
+
+
+def failure_report(what: str, log_path: Path) -> str:
+    """What the user sees when the server failed: the first exception in its log (the cause; what
+    the process printed last is shutdown noise), then the log's last meaningful lines."""
+    lines = log_path.read_text(errors="replace").splitlines()
+    crash = first_crash(lines)
+    cause = f"demo: the server died: {crash.summary()}\n" if crash else ""
+    return (f"{cause}demo: {what}\n--- last lines of {log_path} ---\n" + "\n".join(tail(lines))
+            + (f"\n--- cause (above): {crash.error}" if crash else ""))
 
 
 def main(

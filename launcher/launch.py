@@ -1,12 +1,13 @@
-"""What `radiance-launch` does, in order: plan, device, kernels, plugin, record, exec.
+"""What `radiance-launch` does, in order: plan, device, kernels, plugin, record, serve.
 
-Each step is its own module; this file only sequences them, times them (the "launch" state record
-the exporter reads) and finally replaces this process with vLLM, so systemd's/podman's SIGTERM
-reaches vLLM directly and there is no wrapper process to forward signals.
+Each step is its own module; this file only sequences them and times them (the "launch" state
+record the exporter reads). The last step runs vLLM as this process's child (launcher/supervise.py:
+signals forwarded, output passed through, a crash named and turned into a non-zero exit).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata as md
 import json
 import logging
@@ -20,10 +21,12 @@ from typing import NoReturn
 
 from radiance import apikey
 from radiance.compat import VllmVersionError, check_vllm
+from radiance.knobs import knob
 from radiance.state import record_launch
 from radiance.kernels.build import BuildResult, build_kernels
 from radiance.kernels.linear_spec import build_flag
 from radiance.launcher import device as devmod
+from radiance.launcher import supervise
 from radiance.launcher.argv import NEUTRAL_DIR, dry_run_text, vllm_argv, vllm_env
 from radiance.launcher.kernel_specs import SpecError, linear_specs
 from radiance.launcher.plan import LaunchPlan, PlanError, resolve_plan
@@ -63,6 +66,21 @@ def verify_plugin(quant: str) -> None:
                           f"{type(e).__name__}: {e}") from None
 
 
+def cpu_step(plan: LaunchPlan) -> LaunchPlan:
+    """A CPU stack: log the CPU, the dtype it serves in and the GEMM each kind of linear runs on; the
+    plan with that dtype (the same in a dry run: what it prints is what runs)."""
+    from radiance.plugin import cpu_host  # imports vLLM and torch: CPU stacks only
+
+    try:
+        cpu = cpu_host.plan(plan.quant, plan.env_map.get("RADIANCE_CPU_WEIGHTS") or knob("RADIANCE_CPU_WEIGHTS"),
+                            plan.dtype, plan.max_num_seqs, PLUGIN_METHODS)
+    except cpu_host.CpuPathError as e:
+        raise PlanError(f"stack {plan.stack!r}: {e}") from None
+    for line in cpu.lines():
+        log.info("%s", line)
+    return dataclasses.replace(plan, dtype=cpu.dtype)
+
+
 def build_step(plan: LaunchPlan) -> BuildResult:
     if plan.arch == "cpu" or plan.quant not in PLUGIN_METHODS:
         why = "torch reference path" if plan.arch == "cpu" else f"quant {plan.quant} runs vLLM's own kernels"
@@ -93,25 +111,29 @@ def _warm_summary(entry: Path) -> str:
     return f" ({r['specs']} linear shapes at {r['rows']} row counts: {r['compiled']} kernels compiled in {r['seconds']} s)"
 
 
-def exec_vllm(plan: LaunchPlan, secret_env: Mapping[str, str] | None = None) -> NoReturn:
-    """`secret_env` (the API key) goes to vLLM's environment only: never logged, never in argv."""
+def serve_vllm(plan: LaunchPlan, secret_env: Mapping[str, str] | None = None) -> NoReturn:
+    """Replace this process with the small supervisor (launcher/supervise.py), which runs vLLM as its
+    child: the launcher's own imports (vLLM, torch: hundreds of MB) are not kept for the server's
+    life. `secret_env` (the API key) goes to vLLM's environment only: never logged, never in argv."""
     argv = vllm_argv(plan)
     env = {**os.environ, **vllm_env(plan), **(secret_env or {})}
-    log.info("exec (in %s): %s", NEUTRAL_DIR, shlex.join(argv))
+    log.info("vLLM (in %s): %s", NEUTRAL_DIR, shlex.join(argv))
     os.chdir(NEUTRAL_DIR)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execvpe(argv[0], argv, env)
+    os.execvpe(sys.executable, supervise.command(argv), env)
 
 
 def launch(name: str, stacks: Path | None, mode: str, dry_run: bool,
            environ: Mapping[str, str] | None = None) -> int:
-    """Run the steps; returns 0 after a dry run, otherwise does not return (exec)."""
+    """Run the steps; returns 0 after a dry run, otherwise does not return (the supervisor runs vLLM)."""
     environ = os.environ if environ is None else environ
     phases: dict[str, float] = {}
     t = time.monotonic()
     sf = load_stacks(stacks)
     plan = resolve_plan(sf, name, mode, environ)
+    if plan.arch == "cpu":
+        plan = cpu_step(plan)
     key_file = apikey.stack_key_file(sf, name)
     phases["resolve"] = time.monotonic() - t
     if dry_run:
@@ -158,7 +180,7 @@ def launch(name: str, stacks: Path | None, mode: str, dry_run: bool,
                   kernel_builds=int(built.built), kernel_cache_hits=int(built.path is not None and not built.built),
                   cache_key=plan.cache_key, radiance_version=plan.versions.radiance,
                   vllm_version=plan.versions.vllm, model=plan.served_name, exec_at=time.time())
-    exec_vllm(plan, secret_env)
+    return serve_vllm(plan, secret_env)
 
 
 def _api_key(read):

@@ -142,7 +142,10 @@ class RadianceLinearMethod(LinearMethodBase):
         lay: Layout = layer._radiance_layout
         require_loaded(lay, self.TENSORS)
         prep = self._prepare(layer, lay)
-        cpu_gemm.use_vllm_gemm(layer, prep)
+        path = cpu_gemm.use_vllm_gemm(layer, prep)
+        if path is not None:
+            info_once("%s on CPU: RADIANCE_CPU_WEIGHTS=%s, vLLM's %s GEMM in %s", self.config.get_name(),
+                      knob("RADIANCE_CPU_WEIGHTS"), path, str(layer.params_dtype).removeprefix("torch."))
         check = checkall.checker(layer, lay, self.config.get_name(), self._exact, prep.out_features, prep.in_features)
         custom_op.attach(layer, prep, check)
         if check is None:

@@ -10,7 +10,7 @@ from vllm.model_executor.layers.linear import UnquantizedLinearMethod, register_
 from radiance.kernels import ops
 from radiance.kernels.formats import FormatError
 from radiance.knobs import knob
-from radiance.plugin import custom_op
+from radiance.plugin import cpu_gemm, custom_op
 
 # What z-lab's ParoQuant checkpoints leave in 16 bit (vision tower, the gated-delta-net's b/a gate
 # projections: Qwen3.5's in_proj_b / in_proj_a, merged by vLLM into in_proj_ba, Qwen3-Next's fused in_proj_ba).
@@ -91,7 +91,12 @@ class SkinnyUnquantizedLinearMethod(UnquantizedLinearMethod):
         custom_op.declare(layer, self.prefix, sum(output_partition_sizes))
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
-        custom_op.attach(layer, ops.prepare_dense(layer.weight.data))
+        prep = ops.prepare_dense(layer.weight.data)
+        if cpu_gemm.use_vllm_gemm(layer, prep) is not None:
+            # vLLM's GEMM holds what it needs (a packed copy, or this weight): as vLLM's own
+            # unquantized method, the parameter keeps nothing more
+            layer.weight = torch.nn.Parameter(layer.weight.data.new_empty(0), requires_grad=False)
+        custom_op.attach(layer, prep)
 
     def apply(self, layer, x, bias=None):
         return custom_op.apply(layer, x, bias)

@@ -135,7 +135,7 @@ class Stack(_Strict):
     source: str | None = None  # where `radiance setup` places `model` from (deploy/place.py)
     quant: QuantMethod
     served_name: str | None = None
-    dtype: Literal["auto", "bfloat16", "float16"] = "auto"
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
     drafter: Drafter | None = None
     spec: int = Field(default=0, ge=0, le=16)

@@ -49,6 +49,11 @@ def launch_home(tmp_path, monkeypatch) -> Path:
             monkeypatch.delenv(k)
     home = tmp_path / "home"
     monkeypatch.setenv("RADIANCE_HOME", str(home))
+    # a CPU stack's launch asks this CPU for its dtype: pinned to one with a bf16 matmul, so dry runs
+    # do not depend on the machine (test_cpu_launch.py pins the others)
+    from radiance.plugin import cpu_host
+
+    monkeypatch.setattr(cpu_host, "onednn_builds", lambda dtype: True)
     for rel, quant in EXAMPLE_MODELS.items():
         write_model(home / "models", rel, quant)
     return home
