@@ -2,10 +2,12 @@
 
 Steps, each reporting ok (nothing to do), changed (did it), missing (cannot do it here: says what to
 do) or skipped (not needed by these stacks): host check (GPU devices and driver, podman, systemd,
-disk), images (images/Containerfile.*), checkpoints and drafters (sha256 against the model dir's
-SHA256SUMS), kernels prebuilt into the cache, units rendered and installed (+ daemon-reload).
-`check=True` reports what a run would do and changes nothing. Verified checksums are remembered by
-(path, size, mtime) in the state dir, so a second run does not re-read 20 GB checkpoints.
+disk), images (images/Containerfile.*), checkpoints and drafters (placed from their `source`
+(place.py); their structure checked (radiance.checkpoint); sha256 against the model dir's
+SHA256SUMS, which `record=True` writes where there is none, as for a downloaded checkpoint),
+kernels prebuilt into the cache, units rendered and installed (+ daemon-reload). `check=True`
+reports what a run would do and changes nothing. Verified checksums are remembered by (path, size,
+mtime) in the state dir, so a second run does not re-read 20 GB checkpoints.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from radiance import atomic, paths
-from radiance.checksums import MANIFEST, Progress, read_manifest, sha256_file
+from radiance.checkpoint import CheckpointError
+from radiance.checkpoint import verify as inspect
+from radiance.checksums import MANIFEST, Progress, read_manifest, sha256_file, write_manifest
+from radiance.deploy import place as place_mod
 from radiance.deploy import podman as podman_mod
 from radiance.deploy import gpu_kfd, gpu_nvml, systemd
 from radiance.deploy.gpus import GpuQueryError
@@ -124,14 +129,22 @@ def _verified_path() -> Path:
     return paths.state_dir() / "setup" / "verified.json"
 
 
-def verify_checkpoint(d: Path, check: bool, progress: Progress | None = None) -> tuple[str, str]:
-    """(status, detail) for one checkpoint dir against its SHA256SUMS."""
-    if not d.is_dir():
-        return "missing", f"{d} does not exist; put the checkpoint there (radiance fetch-model / quantize)"
-    manifest = d / MANIFEST
-    if not manifest.is_file():
-        return "missing", f"{d} has no {MANIFEST} (sha256sum format); create it where the checkpoint was made"
-    known = json.loads(_verified_path().read_text()) if _verified_path().exists() else {}
+def _known() -> dict[str, str]:
+    return json.loads(_verified_path().read_text()) if _verified_path().exists() else {}
+
+
+def _stamp(f: Path, digest: str) -> str:
+    st = f.stat()
+    return f"{st.st_size}:{st.st_mtime_ns}:{digest}"
+
+
+def _remember(fresh: dict[str, str]) -> None:
+    atomic.write_text(_verified_path(), json.dumps({**_known(), **fresh}, indent=1, sort_keys=True))
+
+
+def _manifest(d: Path, check: bool, progress: Progress | None) -> tuple[str, str]:
+    """Every file listed in SHA256SUMS against its digest (remembered by size and mtime)."""
+    known = _known()
     bad, fresh = [], {}
     try:
         entries = read_manifest(d)
@@ -141,8 +154,7 @@ def verify_checkpoint(d: Path, check: bool, progress: Progress | None = None) ->
         if not f.is_file():
             bad.append(f"{f.name} missing")
             continue
-        st = f.stat()
-        stamp = f"{st.st_size}:{st.st_mtime_ns}:{digest}"
+        stamp = _stamp(f, digest)
         if known.get(str(f)) == stamp:
             continue
         if sha256_file(f, progress) != digest:
@@ -152,8 +164,36 @@ def verify_checkpoint(d: Path, check: bool, progress: Progress | None = None) ->
     if bad:
         return "missing", f"{d}: " + ", ".join(bad)
     if fresh and not check:
-        atomic.write_text(_verified_path(), json.dumps({**known, **fresh}, indent=1, sort_keys=True))
-    return "ok", f"{d}: {len(entries)} files match {MANIFEST}" + (f" ({len(fresh)} newly hashed)" if fresh else "")
+        _remember(fresh)
+    return "ok", f"{len(entries)} files match {MANIFEST}" + (f" ({len(fresh)} newly hashed)" if fresh else "")
+
+
+def verify_checkpoint(d: Path, quant: str | None, check: bool, record: bool = False,
+                      progress: Progress | None = None) -> tuple[str, str]:
+    """(status, detail) for one checkpoint dir: its structure (radiance.checkpoint.verify: config,
+    quant method, safetensors headers and index, the format's tensor shapes), then its SHA256SUMS
+    where it has one; without one, `record` writes it (a downloaded checkpoint has none)."""
+    if not d.is_dir():
+        return "missing", (f"{d} does not exist; put the checkpoint there (radiance fetch-model / quantize), "
+                           "or give the stack a `source` to place it from")
+    try:
+        report = inspect(d, quant)
+    except CheckpointError as e:
+        return "missing", str(e)
+    if report.problems:
+        more = len(report.problems) - 3
+        return "missing", "; ".join(report.problems[:3]) + (f" (and {more} more)" if more > 0 else "")
+    if (d / MANIFEST).is_file():
+        status, detail = _manifest(d, check, progress)
+        return status, f"{d}: {report.summary()}; {detail}" if status == "ok" else detail
+    if not record:
+        return "ok", (f"{d}: {report.summary()}; no {MANIFEST} to check the bytes against: `radiance setup "
+                      f"--record` records one that later runs verify")
+    if check:
+        return "missing", f"{d}: {report.summary()}; would record {MANIFEST} (--record)"
+    entries = read_manifest(write_manifest(d, progress).parent)
+    _remember({str(f): _stamp(f, digest) for digest, f in entries})  # just hashed: the next run reads nothing
+    return "changed", f"{d}: {report.summary()}; recorded {MANIFEST} over {len(entries)} files"
 
 
 def unreadable_by_others(d: Path) -> list[str]:
@@ -163,24 +203,63 @@ def unreadable_by_others(d: Path) -> list[str]:
     return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file() and not p.stat().st_mode & 0o004)
 
 
-def checkpoints(sf: StackFile, names: list[str], check: bool, progress: Progress | None) -> list[Step]:
-    dirs: dict[Path, str] = {}
-    non_root: set[Path] = set()  # read inside a container by CONTAINER_USER
+@dataclass
+class _Wanted:
+    label: str
+    quant: str | None  # the stack's method for a model; None for a drafter (any format)
+    source: str | None
+    non_root: bool = False  # read inside a container by CONTAINER_USER
+
+
+def _wanted(sf: StackFile, names: list[str]) -> dict[Path, _Wanted]:
+    out: dict[Path, _Wanted] = {}
     for n in names:
         s = sf.get(n)
-        ds = [model_path(s.model)] + ([model_path(s.drafter.model)] if s.drafter and s.drafter.model else [])
-        for d, label in zip(ds, (f"checkpoint {n}", f"drafter {n}")):
-            dirs.setdefault(d, label)
-            if s.runtime == "podman" and s.vendor != "rocm":
-                non_root.add(d)
+        parts = [(model_path(s.model), f"checkpoint {n}", s.quant, s.source)]
+        if s.drafter and s.drafter.model:
+            parts.append((model_path(s.drafter.model), f"drafter {n}", None, s.drafter.source))
+        for d, label, quant, source in parts:
+            w = out.setdefault(d, _Wanted(label, quant, source))
+            w.source = w.source or source
+            w.non_root |= s.runtime == "podman" and s.vendor != "rocm"
+    return out
+
+
+def _place(d: Path, w: _Wanted, base: Path, check: bool, progress: Progress | None) -> Step:
+    name = f"place {w.label}"
+    try:
+        src = place_mod.resolve(w.source, base)
+    except place_mod.PlaceError as e:
+        return Step(name, "ok" if d.is_dir() else "missing",
+                    f"{d} is present (its source is not: {e})" if d.is_dir() else str(e))
+    if d.exists():
+        diff = place_mod.differences(src, d)
+        if not diff:
+            return Step(name, "ok", f"{d} holds {src}'s files")
+        return Step(name, "missing", f"{d} exists but differs from {src} ({', '.join(diff[:3])}); move it away "
+                                     "and run setup again to place it, or drop the stack's `source`")
+    if check:
+        return Step(name, "missing", f"would place {src} at {d}")
+    n, linked, size = place_mod.place(src, d, progress)
+    return Step(name, "changed", f"placed {src} at {d}: {n} files, {size / 2**30:.2f} GiB "
+                                 f"({linked} hard-linked, {n - linked} copied)")
+
+
+def checkpoints(sf: StackFile, names: list[str], check: bool, progress: Progress | None,
+                record: bool = False) -> list[Step]:
+    base = (sf.path or Path("stacks.yaml")).expanduser().absolute().parent  # relative sources: beside the file
     steps = []
-    for d, label in dirs.items():
-        status, detail = verify_checkpoint(d, check, progress)
-        hidden = unreadable_by_others(d) if d in non_root else []
-        if status == "ok" and hidden:
+    for d, w in _wanted(sf, names).items():
+        if w.source:
+            steps.append(_place(d, w, base, check, progress))
+            if steps[-1].status == "missing" and not d.is_dir():
+                continue  # nothing to verify yet: the step above says why
+        status, detail = verify_checkpoint(d, w.quant, check, record, progress)
+        hidden = unreadable_by_others(d) if w.non_root else []
+        if status in ("ok", "changed") and hidden:
             status, detail = "missing", (f"{d}: {', '.join(hidden[:3])}{' ...' if len(hidden) > 3 else ''} not readable "
                                          f"by the container's user {CONTAINER_USER}: chmod -R a+rX {d}")
-        steps.append(Step(label, status, detail))
+        steps.append(Step(w.label, status, detail))
     return steps
 
 

@@ -1,4 +1,4 @@
-"""`radiance setup [--check]`: thin CLI over deploy/setup.py, with rich progress for long steps."""
+"""`radiance setup [--check] [--record]`: thin CLI over deploy/setup.py, with rich progress for long steps."""
 
 from __future__ import annotations
 
@@ -24,10 +24,12 @@ def setup(
     quadlet_dir: Annotated[Path, typer.Option(help="where Quadlet .container files are installed (podman >= 5.0)")] = Path(
         "/etc/containers/systemd"),
     skip_images: Annotated[bool, typer.Option("--skip-images", help="do not build images")] = False,
+    record: Annotated[bool, typer.Option("--record", help="write SHA256SUMS into checkpoints that have none (a "
+                                         "downloaded one), so later runs verify their bytes")] = False,
     system: Annotated[bool, typer.Option("--system", help="system layout: RADIANCE_HOME=/var/lib/radiance, "
                                          "RADIANCE_CACHE=/var/cache/radiance, /etc/radiance/stacks.yaml")] = False,
 ) -> None:
-    """Host check, images, checkpoints (sha256), kernels, units + daemon-reload. Idempotent."""
+    """Host check, images, checkpoints (placed from `source`, structure, sha256), kernels, units + daemon-reload. Idempotent."""
     from radiance.deploy import layout
     from radiance.deploy import setup as steps_mod
 
@@ -58,7 +60,7 @@ def setup(
         results += steps_mod.host_check(sf, names)
         if not skip_images:
             results += steps_mod.images(sf, names, check, say)
-        results += steps_mod.checkpoints(sf, names, check, progress)
+        results += steps_mod.checkpoints(sf, names, check, progress, record)
         results += steps_mod.kernels(sf, names, check, say)
         results += steps_mod.units(sf, unit_dir, check, quadlet_dir)
 

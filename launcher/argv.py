@@ -80,6 +80,7 @@ def dry_run_text(plan: LaunchPlan, python: str | None = None) -> str:
     """A shell script that runs what the launcher runs: cd, the variables set, the command (shell-quoted)."""
     lines = [f"# radiance-launch {plan.stack} --mode {plan.mode} (stack file {plan.stack_file})",
              f"# runtime {plan.runtime}, arch {plan.arch}, compile cache key {plan.cache_key}",
+             f"# chat template: {plan.template.describe() if plan.template else 'none (the model bundles none)'}",
              *(f"# podman mount: --volume {shlex.quote(m.podman_arg())}" for m in plan.mounts),
              f"cd {shlex.quote(NEUTRAL_DIR)}"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in vllm_env(plan).items()]

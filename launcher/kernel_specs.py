@@ -10,10 +10,10 @@ to compile that the launcher did not.
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from radiance.checkpoint import CheckpointError, read_header
 from radiance.kernels.linear_spec import ROTATED_METHODS, LinearSpec
 
 GROUP = 128
@@ -32,11 +32,11 @@ def headers(model_dir: Path) -> dict[str, tuple[Path, list[int], tuple[int, int]
     """tensor name -> (shard, shape, (first byte, end byte) in the shard), from the safetensors headers."""
     out: dict[str, tuple[Path, list[int], tuple[int, int]]] = {}
     for shard in sorted(Path(model_dir).glob("*.safetensors")):
-        with shard.open("rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            meta = json.loads(f.read(size))
-        out.update({k: (shard, v["shape"], (8 + size + v["data_offsets"][0], 8 + size + v["data_offsets"][1]))
-                    for k, v in meta.items() if k != "__metadata__"})
+        try:
+            meta = read_header(shard, data=False)
+        except CheckpointError as e:
+            raise SpecError(str(e)) from None
+        out.update({k: (shard, list(t.shape), (t.start, t.end)) for k, t in meta.items()})
     if not out:
         raise SpecError(f"{model_dir}: no *.safetensors weights")
     return out

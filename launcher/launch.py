@@ -147,7 +147,7 @@ def launch(name: str, stacks: Path | None, mode: str, dry_run: bool,
         raise LaunchError(f"stack {name!r} runs in podman ({plan.image}): start it with `vllm-switch {name}` or its "
                           f"unit, which runs radiance-launch inside the container; `--dry-run` shows the command")
     try:
-        check_vllm()
+        check_vllm(image=plan.image if plan.runtime == "podman" else None)
     except VllmVersionError as e:
         raise LaunchError(str(e)) from None
     secret_env, origin = _api_key(lambda: apikey.launch_env(key_file, plan.runtime, environ))
@@ -173,6 +173,7 @@ def launch(name: str, stacks: Path | None, mode: str, dry_run: bool,
         log.info("plugin: radiance registers quant method %s (checked in %.1f s)", plan.quant, time.monotonic() - t)
     phases["plugin"] = time.monotonic() - t
 
+    log.info("chat template: %s", plan.template.describe() if plan.template else "none (the model bundles none)")
     plan.compile_dir.mkdir(parents=True, exist_ok=True)
     log.info("compile cache: %s", plan.compile_dir)
     record_launch(name, mode=mode, phases={k: round(v, 3) for k, v in phases.items()},

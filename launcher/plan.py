@@ -8,21 +8,21 @@ checked here, so `--dry-run` fails on the same bad inputs a real launch would.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from radiance import paths
+from radiance import paths, spec_methods
+from radiance.checkpoint import CheckpointError, method_problem, read_config
 from radiance.kernels.build import arch_flags, kernel_dir
 from radiance.knobs import KNOBS, checkall_shapes
 from radiance.launcher import plan_checks
 from radiance.launcher.cache_key import Versions, cache_key, detect_versions
 from radiance.locations import StackPaths, stack_paths
 from radiance.launcher.mounts import Mount, container_mounts
-from radiance.stack import CHECKPOINT_METHOD, MODES, PLUGIN_METHODS, Stack, StackFile, StackFileError
-from radiance.launcher.template import TemplateError, check_template
+from radiance.stack import MODES, PLUGIN_METHODS, Stack, StackFile, StackFileError
+from radiance.launcher.template import BoundTemplate, TemplateError, bind_file, bundled_template
 
 STACK_SPEC = "stack"  # "use the stack's `spec` field"
 
@@ -69,7 +69,8 @@ class LaunchPlan:
     drafter_method: str | None
     drafter_model: Path | None
     drafter_options: tuple[tuple[str, Any], ...]
-    chat_template: Path | None
+    chat_template: Path | None  # handed to vLLM as --chat-template (None: the model's own)
+    template: BoundTemplate | None  # what vLLM will apply, named in the log and the dry run
     max_num_seqs: int | None
     gpu_memory_utilization: float | None
     env: tuple[tuple[str, str], ...]  # stack/mode env and knobs, sorted; argv.py adds the derived ones
@@ -98,22 +99,50 @@ def _check_model(sf: StackFile, stack: Stack, model: Path, key: tuple[str, ...],
     loc = ("stacks", stack.name, *key)
     if not model.is_dir():
         raise sf.error(f"model dir {model} does not exist (relative names live under $RADIANCE_HOME/models = "
-                       f"{paths.models_dir()}); fetch/quantize it or fix the path", *loc)
-    cfg = model / "config.json"
+                       f"{paths.models_dir()}); fetch/quantize it, `radiance setup` it from its `source`, or fix the "
+                       "path", *loc)
     try:
-        config = json.loads(cfg.read_text())
-    except FileNotFoundError:
-        raise sf.error(f"{model} has no config.json: not a Hugging Face checkpoint directory", *loc) from None
-    except (OSError, ValueError) as e:
-        raise sf.error(f"{cfg} cannot be read as JSON: {e}", *loc) from None
-    if quant is not None:
-        found = (config.get("quantization_config") or {}).get("quant_method")
-        want = CHECKPOINT_METHOD[quant]
-        if found != want:
-            what = "not quantized" if found is None else f"quantized as {found!r} (config.json quantization_config.quant_method)"
-            raise sf.error(f"{model} is {what} but the stack says quant: {quant}"
-                           + (f" (which serves quant_method {want!r} checkpoints)" if want not in (None, quant) else ""),
-                           *loc)
+        config = read_config(model)
+    except CheckpointError as e:
+        raise sf.error(str(e), *loc) from None
+    if quant is not None and (problem := method_problem(model, config, quant)):
+        raise sf.error(problem, *loc)
+
+
+def _template(sf: StackFile, stack: Stack, sp: StackPaths, mode: str) -> BoundTemplate | None:
+    """The chat template vLLM will apply. A quantized stack serving in prod names it (a path, or
+    `model` for the checkpoint's own, chosen knowingly): which template is bound moves benchmark
+    scores, so an unset one there is refused rather than left to the checkpoint."""
+    loc = ("stacks", stack.name, "chat_template")
+    origin = sp.chat_template_origin
+    if sp.chat_template is not None:
+        try:
+            return bind_file(sp.chat_template, origin)
+        except TemplateError as e:
+            if origin == "env":
+                raise TemplateError(f"RADIANCE_CHAT_TEMPLATE: {e}; fix the path or unset it") from None
+            raise TemplateError(f"{sf.where(*loc)}: {'.'.join(loc)}: {e}; "
+                                "fix the path (there is no fallback to the model's bundled template)") from None
+    if not origin and mode == "prod" and stack.quant != "none":
+        raise sf.error("unset, but a quantized stack in prod mode names its chat template (which one is bound "
+                       "moves benchmark scores): give a .jinja path, or `model` to serve the checkpoint's bundled "
+                       "template knowingly", *loc)
+    try:
+        bundled = bundled_template(sp.model, origin)
+    except TemplateError as e:
+        raise sf.error(str(e), *loc) from None
+    if bundled is None and origin == "model":
+        raise sf.error(f"`model`, but {sp.model} bundles no chat template (no chat_template.jinja, and no "
+                       "chat_template in tokenizer_config.json or chat_template.json); give a .jinja path", *loc)
+    return bundled
+
+
+def _vllm_runs_here(stack: Stack) -> bool:
+    """Whether this interpreter's vLLM is the one that will serve: not for a podman stack planned on
+    the host (its image's vLLM is checked when the launcher runs inside the container)."""
+    from radiance.launcher.launch import in_container  # launch sequences the plan: imported late
+
+    return stack.runtime != "podman" or in_container()
 
 
 def _spec(stack: Stack, mode_spec: Any, environ: Mapping[str, str]) -> int:
@@ -180,14 +209,18 @@ def resolve_plan(sf: StackFile, name: str, mode: str, environ: Mapping[str, str]
     drafter_model = sp.drafter if spec else None
     if drafter_model is not None:
         _check_model(sf, stack, drafter_model, ("drafter", "model"), None)
-    if sp.chat_template is not None:
+    if spec and stack.drafter is not None and _vllm_runs_here(stack):
         try:
-            check_template(sp.chat_template)
-        except TemplateError as e:
-            if sp.chat_template_origin == "env":
-                raise TemplateError(f"RADIANCE_CHAT_TEMPLATE: {e}; fix the path or unset it") from None
-            raise TemplateError(f"{sf.where('stacks', name, 'chat_template')}: stacks.{name}.chat_template: {e}; "
-                                "fix the path (there is no fallback to the model's bundled template)") from None
+            problem = spec_methods.check_installed(stack.drafter.method, spec_methods.installed())
+        except spec_methods.SpecMethodsError as e:
+            problem = f"cannot tell which speculative methods the installed vLLM accepts: {e}"
+        if problem:
+            raise sf.error(f"{mode} mode: {problem}", "stacks", name, "drafter", "method")
+    if problem := plan_checks.int8_activations(stack.arch, env):
+        if environ.get("RADIANCE_PQ_I8"):
+            raise PlanError(f"RADIANCE_PQ_I8 (environment): {problem}")
+        raise sf.error(problem, "stacks", name, *(("env",) if "RADIANCE_PQ_I8" in stack.env else (mode, "env")))
+    template = _template(sf, stack, sp, mode)
 
     try:
         flags = arch_flags(stack.arch)  # from the knobs in this process's environment
@@ -211,7 +244,7 @@ def resolve_plan(sf: StackFile, name: str, mode: str, environ: Mapping[str, str]
         drafter_method=stack.drafter.method if spec and stack.drafter else None,
         drafter_model=drafter_model,
         drafter_options=tuple(sorted(stack.drafter.options.items())) if spec and stack.drafter else (),
-        chat_template=sp.chat_template,
+        chat_template=sp.chat_template, template=template,
         max_num_seqs=max_num_seqs,
         gpu_memory_utilization=_pick(ov.gpu_memory_utilization, stack.gpu_memory_utilization, 0.0) or None,
         env=tuple(sorted(env.items())), extra_args=tuple(stack.extra_args) + tuple(ov.extra_args),

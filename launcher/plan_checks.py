@@ -44,6 +44,16 @@ def decode_band(arch: str, quant_is_plugin: bool, spec: int, max_num_seqs: int |
     return None
 
 
+def int8_activations(arch: str, env: Mapping[str, str]) -> str | None:
+    """RADIANCE_PQ_I8 asks for int8 activations; gfx1201's HIP kernels have only the fp8 x fp8 WMMA
+    path, so there the knob would change nothing but the compile-cache key: refused, not ignored."""
+    raw = env.get("RADIANCE_PQ_I8", KNOBS["RADIANCE_PQ_I8"].default)
+    if vendor(arch) == "rocm" and raw not in (None, "", "0"):
+        return (f"RADIANCE_PQ_I8={raw}, but {arch} has no int8 activation path (its HIP kernels run fp8 x fp8 "
+                "WMMA only); remove the knob from this stack (it is for NVIDIA sm_80+)")
+    return None
+
+
 def gated_shapes(want: set[tuple[int, int]], model: Path, quant: str) -> str | None:
     """RADIANCE_PQ_CHECKALL names full-model N:K shapes (each TP rank checks its slice of them): every
     one must be a `quant` linear of the checkpoint, or eval mode would check nothing and pass."""

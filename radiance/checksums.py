@@ -7,6 +7,8 @@ import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
+from radiance import atomic
+
 MANIFEST = "SHA256SUMS"
 Progress = Callable[[str, int, int], None]  # (label, done, total)
 
@@ -22,12 +24,13 @@ def sha256_file(path: Path, progress: Progress | None = None, label: str = "") -
     return h.hexdigest()
 
 
-def write_manifest(d: Path) -> Path:
-    """SHA256SUMS over every file of `d` (recursively, sorted, itself excluded), `sha256sum -c` compatible."""
-    lines = [f"{sha256_file(p)}  {p.relative_to(d).as_posix()}"
+def write_manifest(d: Path, progress: Progress | None = None) -> Path:
+    """SHA256SUMS over every file of `d` (recursively, sorted, itself excluded), `sha256sum -c`
+    compatible; written in one rename once every file is hashed (an interrupted run leaves none)."""
+    lines = [f"{sha256_file(p, progress)}  {p.relative_to(d).as_posix()}"
              for p in sorted(d.rglob("*")) if p.is_file() and p.name != MANIFEST]
     out = d / MANIFEST
-    out.write_text("\n".join(lines) + "\n")
+    atomic.write_text(out, "\n".join(lines) + "\n", mode=0o644)
     return out
 
 

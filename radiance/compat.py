@@ -33,13 +33,36 @@ def installed_vllm() -> str | None:
     return None
 
 
-def check_vllm(version: str | None = None) -> str:
-    """The installed (or given) vLLM version; raises VllmVersionError outside VLLM_TESTED."""
+def check_vllm(version: str | None = None, image: str | None = None) -> str:
+    """The installed (or given) vLLM version; raises VllmVersionError outside VLLM_TESTED. `image`:
+    the container image this runs in, whose vLLM it is (the message then says to rebuild it)."""
     version = version or installed_vllm()
+    where = f"the image {image}" if image else "this environment"
     if version is None:
-        raise VllmVersionError(f"vLLM is not installed in this environment; radiance needs vllm {VLLM_RANGE}")
+        raise VllmVersionError(f"vLLM is not installed in {where}; radiance needs vllm {VLLM_RANGE}")
     release = Version(version).base_version  # 0.26.0+cu130 / 0.32.0.dev5 -> the release it belongs to
     if release not in VLLM_TESTED:
-        raise VllmVersionError(f"vLLM {version} is installed, but radiance {__version__} is tested with "
-                               f"vllm {VLLM_RANGE}; install a vLLM in that range (or a radiance that supports {version})")
+        fix = ("rebuild the image from a base whose vLLM is in that range (images/Containerfile.* pin one; "
+               "`radiance setup` builds them)" if image else
+               f"install a vLLM in that range (or a radiance that supports {version})")
+        raise VllmVersionError(f"{where} has vLLM {version}, but radiance {__version__} is tested with "
+                               f"vllm {VLLM_RANGE}; {fix}")
     return version
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m radiance.compat [IMAGE]`: the image builds run it on their base, so a base whose vLLM
+    is outside the tested range fails the build, not the first start."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        print(f"vLLM {check_vllm(image=args[0] if args else None)} is in radiance's tested range {VLLM_RANGE}")
+    except VllmVersionError as e:
+        print(f"radiance: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from radiance import paths
-from radiance.stack import Stack, StackFile
+from radiance.stack import BUNDLED_TEMPLATE, Stack, StackFile
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,8 @@ class StackPaths:
     kernel_cache: Path
     state: Path
     launch_records: Path  # the launcher's own state records: the only state a container may write
-    chat_template: Path | None
-    chat_template_origin: str  # "stack" | "env" | "" (unset): who to blame when it is bad
+    chat_template: Path | None  # a .jinja handed to vLLM (None: unset, or the model's bundled one)
+    chat_template_origin: str  # "stack" | "env" | "model" (`chat_template: model`) | "" (unset)
     api_key_file: Path | None = None  # the server's API key (relative = beside the stack file)
 
 
@@ -46,6 +46,8 @@ def stack_paths(sf: StackFile, stack: Stack, environ: Mapping[str, str]) -> Stac
     tmpl_env = environ.get("RADIANCE_CHAT_TEMPLATE")
     if tmpl_env:
         template, origin = Path(tmpl_env).expanduser().absolute(), "env"
+    elif stack.chat_template == BUNDLED_TEMPLATE:
+        template, origin = None, "model"
     elif stack.chat_template:
         template, origin = _under(stack_file.parent, stack.chat_template), "stack"
     else:

@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from radiance import paths
 from radiance.arch import vendor  # noqa: F401 -- re-exported: the schema's callers say stack.vendor
 from radiance.knobs import KNOBS, knob
+from radiance.spec_methods import check_name as _drafter_method, model_rule
 
 Arch = Literal["cpu", "gfx1201", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"]
 Runtime = Literal["podman", "native"]
@@ -32,7 +33,8 @@ PLUGIN_METHODS = ("paroquant", "pq2", "paroquant_mxfp4")
 # the checkpoint's quantization_config.quant_method each stack `quant` expects (None: unquantized)
 CHECKPOINT_METHOD = {"paroquant": "paroquant", "pq2": "pq2", "paroquant_mxfp4": "paroquant_mxfp4", "none": None,
                      "awq": "awq", "awq_marlin": "awq"}
-DrafterMethod = Literal["draft_model", "ngram", "dflash", "eagle", "eagle3", "suffix"]
+DrafterMethod = Annotated[str, AfterValidator(_drafter_method)]  # radiance/spec_methods.py METHODS
+BUNDLED_TEMPLATE = "model"  # `chat_template: model`: the checkpoint's own template, chosen knowingly
 Mode = Literal["eval", "prod"]
 MODES: tuple[str, ...] = ("eval", "prod")
 
@@ -89,14 +91,15 @@ class Drafter(_Strict):
 
     method: DrafterMethod = "draft_model"
     model: str | None = None
+    source: str | None = None  # where `radiance setup` places `model` from (deploy/place.py)
     options: dict[str, EnvValue] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _model_needed(self) -> Drafter:
-        if self.method not in ("ngram", "suffix") and not self.model:
-            raise ValueError(f"drafter method {self.method!r} needs `model` (a drafter checkpoint dir)")
-        if self.method in ("ngram", "suffix") and self.model:
-            raise ValueError(f"drafter method {self.method!r} takes no `model`")
+        if problem := model_rule(self.method, bool(self.model)):
+            raise ValueError(problem)
+        if self.source and not self.model:
+            raise ValueError("`source` says where to place `model` from; this drafter has no `model`")
         return self
 
 
@@ -129,6 +132,7 @@ class Stack(_Strict):
     runtime: Runtime = "native"
     image: str | None = None
     model: str
+    source: str | None = None  # where `radiance setup` places `model` from (deploy/place.py)
     quant: QuantMethod
     served_name: str | None = None
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"

@@ -209,12 +209,15 @@ def test_kill_9_mid_switch_converges(box):
 
 def test_setup_installs_units_reloads_systemd_and_is_idempotent(box):
     models = "/root/.cache/radiance/models"
-    box.sh(f"for m in alpha-model beta-model gamma-model; do mkdir -p {models}/$m && echo '{{}}' > {models}/$m/config.json"
-           f" && (cd {models}/$m && sha256sum config.json > SHA256SUMS); done")
+    # well-formed paroquant checkpoints (zero weights): setup checks their structure, then SHA256SUMS
+    box.sh(f"cd {models} && python3 -c 'import sys; from pathlib import Path; "
+           "from radiance.testing.shape_only import write_zero_checkpoint as w; "
+           "[w(Path(m), \"paroquant\") for m in sys.argv[1:]]' alpha-model beta-model gamma-model && "
+           f"for m in alpha-model beta-model gamma-model; do (cd {models}/$m && sha256sum config.json > SHA256SUMS); done")
     box.sh("rm /etc/systemd/system/radiance-gamma.service && systemctl daemon-reload")
     assert box.active()["gamma"] == "inactive"
     first = box.sh("radiance setup --skip-images", check=False)
-    out = " ".join(first.stdout.split())
+    out = " ".join(first.stdout.replace("│", " ").split())  # the table's cells, unwrapped
     assert first.returncode == 0, first.stdout + first.stderr
     assert "wrote radiance-gamma.service" in out and "systemctl daemon-reload" in out
     assert "systemd is PID 1" in out and "1 files match SHA256SUMS" in out

@@ -56,6 +56,7 @@ stacks:
     arch: cpu
     model: crash-model
     quant: paroquant
+    chat_template: model
     port: 18183
 """
 FAST_RESTART = "[Service]\nRestartSec=1\n"
@@ -77,6 +78,7 @@ def box(systemd_image, radiance_wheel):
         b.write("/root/.cache/radiance/models/crash-model/config.json",
                 '{"model_type": "qwen2", "quantization_config": {"quant_method": "paroquant", "bits": 4, '
                 '"group_size": 128}}\n')
+        b.write("/root/.cache/radiance/models/crash-model/chat_template.jinja", "{{ messages }}\n")
         b.sh("radiance render --out /etc/systemd/system --launcher /opt/radiance/bin/radiance-launch")
         _fake(b, "ok", 18180, "--load-s 2")
         _fake(b, "twin", 18180, "")

@@ -23,6 +23,9 @@ EXAMPLE_MODELS = {
 }
 
 
+BUNDLED_TEMPLATE = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}<|assistant|>"
+
+
 def write_model(models: Path, rel: str, quant: str | None) -> Path:
     d = models / rel
     d.mkdir(parents=True, exist_ok=True)
@@ -30,6 +33,7 @@ def write_model(models: Path, rel: str, quant: str | None) -> Path:
     if quant:
         cfg["quantization_config"] = {"quant_method": quant, "bits": 4 if quant != "pq2" else 2, "group_size": 128}
     (d / "config.json").write_text(json.dumps(cfg, sort_keys=True))
+    (d / "chat_template.jinja").write_text(BUNDLED_TEMPLATE)  # the example stacks say `chat_template: model`
     # one layer of the 27B widths (Qwen2 names): what the example's check_shapes name
     write_headers(d / "model.safetensors", layer_shapes(quant or "none", 5120, 5120, 1024, 17408))
     return d

@@ -5,6 +5,7 @@ Each golden file states its own expectations first, quadlet-test style, in `## `
 against the parsed argv/env independently of the snapshot below them:
     ## assert-arg --flag [value]     ## assert-no-arg --flag
     ## assert-env NAME=value         ## assert-no-env NAME
+    ## assert-template ORIGIN        (how the chat template was chosen: stack, env, model, or none)
 so regenerating the snapshot (UPDATE_GOLDEN=1) cannot quietly accept a wrong command.
 Machine-specific strings are rendered as $RADIANCE_HOME, $REPO, $PYTHON, {versions}, {kernel_key}.
 """
@@ -44,9 +45,12 @@ def split_golden(text: str) -> tuple[list[str], str]:
     return asserts, "".join(ln for ln in lines if not ln.startswith("## "))
 
 
-def check_assertion(rule: str, argv: list[str], env: dict[str, str]) -> str | None:
+def check_assertion(rule: str, argv: list[str], env: dict[str, str], template: str = "none") -> str | None:
     verb, _, rest = rule.partition(" ")
-    if verb == "assert-arg":
+    if verb == "assert-template":
+        if template != rest:
+            return f"chat template chosen by {template!r}, expected {rest!r}"
+    elif verb == "assert-arg":
         flag, _, value = rest.partition(" ")
         if flag not in argv:
             return f"{flag} missing"
@@ -83,7 +87,8 @@ def test_dry_run_matches_golden(launch_home, stack, mode):
     plan = resolve_plan(load_stacks(EXAMPLE), stack, mode, os.environ)
     argv = [normalize(a, launch_home) for a in vllm_argv(plan)]
     env = {k: normalize(v, launch_home) for k, v in vllm_env(plan).items()}
-    failures = [f"{a}: {why}" for a in asserts if (why := check_assertion(a, argv, env))]
+    origin = (plan.template.origin or "unset") if plan.template else "none"
+    failures = [f"{a}: {why}" for a in asserts if (why := check_assertion(a, argv, env, origin))]
     assert not failures, f"{path.name}: " + "; ".join(failures)
 
 
@@ -101,3 +106,5 @@ def test_assertions_can_fail():
     assert check_assertion("assert-env A=2", argv, env) == "A='1', expected '2'"
     assert check_assertion("assert-no-env A", argv, env) == "A is set ('1')"
     assert check_assertion("assert-typo x", argv, env) == "unknown assertion 'assert-typo'"
+    assert check_assertion("assert-template model", argv, env, "model") is None
+    assert check_assertion("assert-template model", argv, env) == "chat template chosen by 'none', expected 'model'"

@@ -168,6 +168,15 @@ def test_launch_record(demo_server):
     assert "kernels: nothing to build for cpu" in demo_server.log_text()
 
 
+def test_the_bound_chat_template_is_logged(demo_server, qwen_paro_learned_dir):
+    import hashlib
+
+    bundled = qwen_paro_learned_dir / "chat_template.jinja"  # the example demo says `chat_template: model`
+    digest = hashlib.sha256(bundled.read_text().encode()).hexdigest()[:16]
+    assert (f"radiance-launch: chat template: {bundled} sha256 {digest}, the model's bundled template "
+            "(chat_template: model)") in demo_server.log_text()
+
+
 def test_sigterm_stops_it_within_10s(demo_server):
     proc = demo_server.proc
     t = time.monotonic()

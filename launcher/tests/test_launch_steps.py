@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from radiance import __version__
+from radiance.compat import VLLM_RANGE
 from radiance.kernels.build import KernelBuildError
 from radiance.launcher.launch import LaunchError, build_step, verify_plugin
 from radiance.launcher.plan import resolve_plan
 from radiance.stack import load_stacks
 from radiance.testing import tiny_model as tm
+from radiance.testing.vllm_dist import write_vllm_dist
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "stacks.example.yaml"
 
@@ -20,8 +23,9 @@ def _nvidia_stack(tmp_path: Path, home: Path) -> Path:
     """A native sm_90 stack serving the tiny paroquant checkpoint (written under `home`)."""
     tm.write_checkpoint(home / "models" / "tiny-paro", tm.quantize_state(tm.dense_state(), "paroquant"), tm.PARO_CFG)
     f = tmp_path / "stacks.yaml"
+    (tmp_path / "chat.jinja").write_text("{{ messages[0].content }}")
     f.write_text("version: 1\nstacks:\n  tiny:\n    arch: sm_90\n    model: tiny-paro\n    quant: paroquant\n"
-                 "    devices: [0]\n    port: 8199\n")
+                 "    devices: [0]\n    port: 8199\n    chat_template: chat.jinja\n")
     return f
 
 
@@ -71,3 +75,14 @@ def test_plugin_registers_the_quant_methods():
     verify_plugin("pq2")
     with pytest.raises(LaunchError, match="did not register quant method 'int3magic'"):
         verify_plugin("int3magic")
+
+
+def test_in_its_container_a_podman_stack_names_the_images_vllm(launch_home, tmp_path, monkeypatch):
+    from radiance.launcher import launch as launch_mod
+
+    monkeypatch.syspath_prepend(str(write_vllm_dist(tmp_path / "site", "0.33.0")))
+    monkeypatch.setattr(launch_mod, "in_container", lambda: True)  # where the unit runs radiance-launch
+    with pytest.raises(launch_mod.LaunchError) as e:
+        launch_mod.launch("paro", EXAMPLE, "prod", False)
+    assert str(e.value).startswith(f"the image localhost/radiance-rocm:latest has vLLM 0.33.0, but radiance "
+                                   f"{__version__} is tested with vllm {VLLM_RANGE}; rebuild the image")

@@ -15,6 +15,8 @@ from radiance.stack import StackFileError, load_stacks, parse_stacks
 from radiance.launcher.template import TemplateError
 from radiance.testing.shape_only import layer_shapes, write_headers
 
+from .conftest import BUNDLED_TEMPLATE
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "stacks.example.yaml"
 V = Versions("0.32.0", "2.13.0+cpu", "3.9.0", "0.1.0")
 
@@ -29,6 +31,7 @@ stacks:
     drafter: {method: ngram, options: {prompt_lookup_max: 4}}
     spec: 3
     check_shapes: ["1152:896"]
+    chat_template: model
 """
 
 
@@ -46,6 +49,7 @@ def _model(home: Path, rel: str = "m", quant: str | None = "paroquant") -> Path:
     if quant:
         cfg["quantization_config"] = {"quant_method": quant}
     (d / "config.json").write_text(json.dumps(cfg))
+    (d / "chat_template.jinja").write_text(BUNDLED_TEMPLATE)
     # the small Qwen's widths: its merged qkv_proj is the 1152:896 that SMALL gates
     write_headers(d / "model.safetensors", layer_shapes(quant or "none", 896, 896, 128, 4864))
     return d
@@ -108,6 +112,7 @@ stacks:
     port: 9000
     drafter: {{method: ngram}}
     spec: 7
+    chat_template: model
 {devices}{seqs}"""
 
 
@@ -157,7 +162,7 @@ def test_model_quant_mismatch(launch_home):
 
 def test_chat_template_missing_unreadable_or_broken(launch_home):
     _model(launch_home)
-    text = SMALL + "    chat_template: t/chat.jinja\n"
+    text = SMALL.replace("chat_template: model", "chat_template: t/chat.jinja")
     with pytest.raises(TemplateError) as e:
         _plan(launch_home, text)
     assert str(e.value).startswith(f"{launch_home / 'stacks.yaml'}:11: stacks.s.chat_template: chat template "
@@ -184,7 +189,7 @@ def test_chat_template_without_read_permission(launch_home):
     t.write_text("x")
     t.chmod(0)
     with pytest.raises(TemplateError, match="not readable"):
-        _plan(launch_home, SMALL + f"    chat_template: {t}\n")
+        _plan(launch_home, SMALL.replace("chat_template: model", f"chat_template: {t}"))
 
 
 def test_chat_template_env_overrides_stack_and_is_blamed(launch_home):
@@ -200,6 +205,7 @@ def test_template_under_a_mount_is_addressed_through_it(launch_home):
     outside.parent.mkdir()
     outside.write_text("{{ messages }}")
     pod = SMALL.replace("arch: cpu", "arch: sm_86\n    devices: [0]\n    runtime: podman\n    image: img")
+    pod = pod.replace("    chat_template: model\n", "")
     p = _plan(launch_home, pod + f"    chat_template: {m / 'chat.jinja'}\n")
     assert p.chat_template == m / "chat.jinja"
     assert not any(x.path == m / "chat.jinja" for x in p.mounts)  # the model mount carries it
@@ -247,3 +253,53 @@ def test_podman_stack_on_the_host_points_at_its_unit(launch_home):
     res = CliRunner().invoke(app, ["paro", "--stacks", str(EXAMPLE)])
     assert res.exit_code == 1
     assert "stack 'paro' runs in podman (localhost/radiance-rocm:latest): start it with `vllm-switch paro`" in res.stderr
+
+
+def test_a_quantized_prod_stack_names_its_chat_template(launch_home):
+    """Unset in prod is refused (the checkpoint's own template is not chosen silently); `model`
+    binds the bundled one, named with its sha256; eval mode tolerates unset and names what binds."""
+    import hashlib
+
+    m = _model(launch_home)
+    unset = SMALL.replace("    chat_template: model\n", "")
+    with pytest.raises(StackFileError, match=r"stacks.yaml:3: stacks.s.chat_template: unset, but a quantized stack "
+                                             r"in prod mode names its chat template .* `model` to serve the "
+                                             r"checkpoint's bundled template knowingly"):
+        _plan(launch_home, unset, "prod")
+    p = _plan(launch_home, mode="prod")
+    digest = hashlib.sha256(BUNDLED_TEMPLATE.encode()).hexdigest()
+    assert p.chat_template is None and "--chat-template" not in vllm_argv(p)  # vLLM applies the model's own
+    assert p.template.describe() == (f"{m / 'chat_template.jinja'} sha256 {digest[:16]}, the model's bundled "
+                                     "template (chat_template: model)")
+    ev = _plan(launch_home, unset, "eval")
+    assert ev.template.origin == "" and "(chat_template unset)" in ev.template.describe()
+    # a tokenizer_config.json's template, as most Hugging Face exports carry it
+    (m / "chat_template.jinja").unlink()
+    (m / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    p = _plan(launch_home, mode="prod")
+    assert p.template.file == m / "tokenizer_config.json"
+    assert p.template.sha256 == hashlib.sha256(b"{{ messages }}").hexdigest()
+    (m / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{% if %}"}))
+    with pytest.raises(StackFileError, match=r"tokenizer_config.json: its chat_template is not a valid jinja2"):
+        _plan(launch_home, mode="prod")
+    (m / "tokenizer_config.json").write_text("{}")
+    with pytest.raises(StackFileError, match=r"stacks.s.chat_template: `model`, but .* bundles no chat template"):
+        _plan(launch_home, mode="prod")
+    assert _plan(launch_home, unset, "eval").template is None  # eval: nothing bound, and the dry run says so
+    bf16 = unset.replace("quant: paroquant", "quant: none").replace('    check_shapes: ["1152:896"]\n', "")
+    _model(launch_home, quant=None)
+    assert _plan(launch_home, bf16, "prod").template.origin == ""  # an unquantized baseline may leave it unset
+
+
+def test_int8_activations_are_refused_on_gfx1201(launch_home):
+    """gfx1201's kernels have no int8 path: RADIANCE_PQ_I8 there is an error, not a cache-key change."""
+    _model(launch_home)
+    gfx = GPU_SPEC.format(arch="gfx1201", devices="    devices: [0]\n", seqs="    max_num_seqs: 8\n")
+    with pytest.raises(PlanError, match=r"RADIANCE_PQ_I8 \(environment\): RADIANCE_PQ_I8=1, but gfx1201 has no int8 "
+                                        r"activation path \(its HIP kernels run fp8 x fp8 WMMA only\)"):
+        _plan(launch_home, gfx, "prod", {"RADIANCE_PQ_I8": "1"}, name="g")
+    with pytest.raises(StackFileError, match=r"stacks.g.prod.env: RADIANCE_PQ_I8=1, but gfx1201"):
+        _plan(launch_home, gfx + "    prod: {env: {RADIANCE_PQ_I8: 1}}\n", "prod", name="g")
+    assert _plan(launch_home, gfx, "prod", {"RADIANCE_PQ_I8": "0"}, name="g").cache_key  # the default: fine
+    sm = GPU_SPEC.format(arch="sm_86", devices="    devices: [0]\n", seqs="    max_num_seqs: 8\n")
+    assert _plan(launch_home, sm, "prod", {"RADIANCE_PQ_I8": "1"}, name="g").cache_key.endswith("-i8")  # NVIDIA: W4A8
