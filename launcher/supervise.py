@@ -8,7 +8,9 @@ on exit says what killed the server and exits non-zero if it crashed.
 
 Signals: SIGTERM/SIGINT/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2 go to vLLM; vLLM's own exit then ends the
 launcher with vLLM's status (a signal death is passed on as that signal, or as 128+N where this
-process is a container's PID 1 and cannot die of it).
+process is a container's PID 1 and cannot die of it). After a stop signal, vLLM's shutdown may print
+a traceback of its own (its output handler sees the engine go); that is a stop, not a crash, so the
+launcher then ends with vLLM's status and names the traceback only as shutdown noise.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from radiance.crash import CrashScanner
 log = logging.getLogger("radiance.launch")
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
 def command(argv: list[str]) -> list[str]:
@@ -37,12 +40,19 @@ def run(argv: list[str], env: Mapping[str, str] | None = None, cwd: str | None =
     proc = subprocess.Popen(argv, env=None if env is None else dict(env), cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     tty_sends = _terminal_foreground()
-    for sig in FORWARDED:
-        if sig in (signal.SIGINT, signal.SIGQUIT) and tty_sends:
-            signal.signal(sig, signal.SIG_IGN)  # Ctrl-C / Ctrl-\ reach vLLM from the terminal already: once is a stop, twice a kill
-        else:
-            signal.signal(sig, lambda s, _f: proc.send_signal(s))
     scanner = CrashScanner()
+    stopped: list[signal.Signals] = []  # stop signals that came while the server had not crashed
+
+    def on_signal(sig: int, _frame: object, forward: bool = True) -> None:
+        if sig in STOPS and scanner.crash is None:
+            stopped.append(signal.Signals(sig))
+        if forward:
+            proc.send_signal(sig)
+
+    for sig in FORWARDED:
+        # Ctrl-C / Ctrl-\ reach vLLM from the terminal already: once is a stop, twice a kill
+        tty = sig in (signal.SIGINT, signal.SIGQUIT) and tty_sends
+        signal.signal(sig, lambda s, f, fwd=not tty: on_signal(s, f, fwd))
     out = sys.stdout.buffer
     assert proc.stdout is not None
     for raw in iter(proc.stdout.readline, b""):
@@ -52,7 +62,9 @@ def run(argv: list[str], env: Mapping[str, str] | None = None, cwd: str | None =
     rc = proc.wait()
     for sig in FORWARDED:
         signal.signal(sig, signal.SIG_DFL)
-    if scanner.crash is not None:
+    if scanner.crash is not None and stopped:
+        log.info("vLLM stopped on %s; its shutdown printed: %s", stopped[0].name, scanner.crash.summary())
+    elif scanner.crash is not None:
         log.error("the server died: %s", scanner.crash.summary())
         return rc if rc > 0 else 1
     if rc < 0:

@@ -62,3 +62,47 @@ def test_sigterm_reaches_the_child_and_its_clean_exit_is_the_launchers():
 def test_a_signal_death_is_passed_on_as_that_signal():
     p = _supervise("import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
     assert p.returncode == -signal.SIGTERM
+
+
+def _stop_with_sigterm(code: str) -> tuple[int, str, str]:
+    proc = subprocess.Popen(supervise.command([sys.executable, "-c", code]), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "child: ready"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    return proc.returncode, out, err
+
+
+def test_a_traceback_printed_while_stopping_is_a_stop_not_a_crash():
+    # vLLM's API server logs "EngineDeadError" from its output handler when a SIGTERM takes the engine down
+    code = textwrap.dedent("""
+        import signal, sys, time
+        def stop(*a):
+            print("(APIServer pid=1) ERROR 12-06 20:42:33 [async_llm.py:906] Traceback (most recent call last):")
+            print('(APIServer pid=1) ERROR 12-06 20:42:33 [async_llm.py:906]   File "/v/core_client.py", line 1235, in get')
+            print("(APIServer pid=1) ERROR 12-06 20:42:33 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: gone")
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, stop)
+        print("child: ready", flush=True)
+        time.sleep(60)
+    """)
+    rc, out, err = _stop_with_sigterm(code)
+    assert rc == 0, err
+    assert "EngineDeadError" in out and "the server died" not in err
+    assert "vLLM stopped on SIGTERM; its shutdown printed: vllm.v1.engine.exceptions.EngineDeadError" in err
+
+
+def test_a_crash_before_the_stop_stays_a_crash():
+    code = CRASH_THEN_EXIT_0 + textwrap.dedent("""
+        import signal, sys, time
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+        print("child: ready", flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen(supervise.command([sys.executable, "-c", code]), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    while proc.stdout.readline().strip() != "child: ready":
+        pass
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1 and "the server died: TypeError" in err
