@@ -210,7 +210,7 @@ def test_kill_9_mid_switch_converges(box):
 def test_setup_installs_units_reloads_systemd_and_is_idempotent(box):
     models = "/root/.cache/radiance/models"
     # well-formed paroquant checkpoints (zero weights): setup checks their structure, then SHA256SUMS
-    box.sh(f"cd {models} && python3 -c 'import sys; from pathlib import Path; "
+    box.sh(f"mkdir -p {models} && cd {models} && python3 -c 'import sys; from pathlib import Path; "
            "from radiance.testing.shape_only import write_zero_checkpoint as w; "
            "[w(Path(m), \"paroquant\") for m in sys.argv[1:]]' alpha-model beta-model gamma-model && "
            f"for m in alpha-model beta-model gamma-model; do (cd {models}/$m && sha256sum config.json > SHA256SUMS); done")
