@@ -22,6 +22,7 @@ import radiance.units
 from radiance import atomic
 from radiance.deploy.unitspec import UnitSpec, unit_spec
 from radiance.stack import StackFile
+from radiance.stack_fields import control_character
 
 HEADER_MARK = "Rendered by `radiance render`"
 QUADLET_DIR = Path("/etc/containers/systemd")  # the system Quadlet generator's directory
@@ -30,12 +31,32 @@ PODMAN_UNITS = ("auto", "quadlet", "service")
 _PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 
 
-def sd_arg(value: object) -> str:
-    """One word of a systemd command line / assignment: `%` and `$` escaped, quoted when needed."""
-    s = str(value).replace("%", "%%").replace("$", "$$")
-    if _PLAIN.match(s):
-        return s
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def _refuse_control(value: str) -> str:
+    bad = control_character(value)
+    if bad:
+        raise ValueError(f"{value!r} cannot go into a systemd unit: it holds a control character ({bad}), which "
+                         f"would end the line it is on")
+    return value
+
+
+def _quoted(s: str) -> str:
+    return s if _PLAIN.match(s) else '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def sd_exec(value: object) -> str:
+    """One word of an Exec*= command line: specifiers (`%`) and variables (`$`) escaped, quoted when needed."""
+    return _quoted(_refuse_control(str(value)).replace("%", "%%").replace("$", "$$"))
+
+
+def sd_value(value: object) -> str:
+    """One value of an assignment (Environment=, LoadCredential=, Quadlet's Volume= / Label=): specifiers
+    escaped, quoted when needed. `$` means nothing there (systemd.exec: no variable expansion)."""
+    return _quoted(_refuse_control(str(value)).replace("%", "%%"))
+
+
+def sd_text(value: object) -> str:
+    """Free text on one line (comments, Description=): a control character is refused."""
+    return _refuse_control(str(value))
 
 
 def _env() -> jinja2.Environment:
@@ -43,7 +64,7 @@ def _env() -> jinja2.Environment:
         loader=jinja2.FileSystemLoader(Path(radiance.units.__file__).parent),
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
     )
-    env.filters["sd_arg"] = sd_arg
+    env.filters.update(sd_exec=sd_exec, sd_value=sd_value, sd_text=sd_text)
     return env
 
 

@@ -161,6 +161,12 @@ class UnitSpec:
         return [m.split(":")[0] for m in self.mounts if m.split(":")[2].split(",")[0] == "rw"]
 
     @property
+    def publish(self) -> str:
+        """podman's --publish / Quadlet's PublishPort: HOST:PORT:PORT, an IPv6 host in brackets."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}:{self.port}"
+
+    @property
     def stop_timeout_s(self) -> int:
         return self.stop_grace_s + STOP_MARGIN_S
 

@@ -15,6 +15,7 @@ rootfs inside, wheel install). The tests: ~40 s.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 
@@ -42,7 +43,12 @@ stacks:
     port: {PORT}
     start_timeout_s: 60
     api_key_file: keys/q.key
+    env:
+      QUOTED_DOLLAR: 'cost $5 and ${HOME}'
+      QUOTED_PERCENT: '50% of %h'
+      QUOTED_MIX: 'a "b" \\c; d'
 """
+QUOTED = {"QUOTED_DOLLAR": "cost $5 and ${HOME}", "QUOTED_PERCENT": "50% of %h", "QUOTED_MIX": 'a "b" \\c; d'}
 FAKE_SERVER = f"""\
 [Container]
 Exec=/opt/radiance/bin/python3 -m radiance.testing.fake_vllm --port {PORT} --model q-model --load-s 1
@@ -113,6 +119,9 @@ def test_started_means_ready_and_the_key_stays_secret(qbox):
     assert qbox.sh("test -f /var/lib/radiance/state/ready/q.json", check=False).returncode == 0  # ExecStartPost's record
     no_key = qbox.sh(f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{PORT}/v1/models").stdout
     assert no_key == "401", "the container's server must have the key (podman secret -> VLLM_API_KEY)"
+    env = json.loads(qbox.sh("podman inspect radiance-q --format '{{json .Config.Env}}'").stdout)
+    for k, v in QUOTED.items():  # the stack file's values, through Quadlet and podman, exactly
+        assert f"{k}={v}" in env, (k, [e for e in env if e.startswith(k)])
     user = qbox.sh(f"ps -o user= -p $(pgrep -f '{SERVER_PROC}')").stdout.strip()
     assert user == "10001", user
     for where, cmd in {"systemctl show": f"systemctl show {UNIT}", "ps": "ps -eo args",
