@@ -44,13 +44,14 @@ def _quoted(s: str) -> str:
 
 
 def sd_exec(value: object) -> str:
-    """One word of an Exec*= command line: specifiers (`%`) and variables (`$`) escaped, quoted when needed."""
+    """One word of an Exec*= command line, or a value of a Quadlet `[Container]` key (Quadlet copies
+    it into the generated ExecStart): specifiers (`%`) and variables (`$`) escaped, quoted when needed."""
     return _quoted(_refuse_control(str(value)).replace("%", "%%").replace("$", "$$"))
 
 
 def sd_value(value: object) -> str:
-    """One value of an assignment (Environment=, LoadCredential=, Quadlet's Volume= / Label=): specifiers
-    escaped, quoted when needed. `$` means nothing there (systemd.exec: no variable expansion)."""
+    """One value of a [Service] assignment (Environment=, LoadCredential=): specifiers escaped, quoted
+    when needed. `$` means nothing there (systemd.exec: no variable expansion)."""
     return _quoted(_refuse_control(str(value)).replace("%", "%%"))
 
 

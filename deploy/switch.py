@@ -22,7 +22,7 @@ from enum import Enum
 from filelock import FileLock, Timeout
 
 from radiance import apikey, atomic, paths
-from radiance.deploy import gpus, hoststate, hostcmd, systemd
+from radiance.deploy import boot, gpus, hoststate, hostcmd, systemd
 from radiance.deploy.unitspec import probe_url, start_timeout_s, stop_timeout_s, unit_name
 from radiance import probe
 from radiance.state import record_ready, record_switch
@@ -199,6 +199,7 @@ class Switch:
             clashing = [n for n in hoststate.conflicting(self.sf, target) if views[n].running]
             previous = clashing[0] if clashing else next((n for n in active if n != target), None)
             outcome = self._switch_planned(target, views, clashing)
+            self._remember_for_boot(target, clashing, outcome)
         except hostcmd.HostCommandError as e:
             if self.phases[-1] is not Phase.FAILED:
                 self.enter(Phase.FAILED)
@@ -208,6 +209,15 @@ class Switch:
         record_switch(previous if previous != target else None, target, outcome.outcome,
                       time.monotonic() - self.t0)
         return outcome
+
+    def _remember_for_boot(self, target: str, clashing: list[str], outcome: Outcome) -> None:
+        """The boot choice follows what this switch left running (deploy/boot.py)."""
+        units = {"ok": ([target], clashing), "rolled_back": ([], [target]), "timeout": ([], [target, *clashing])}
+        if outcome.outcome not in units:
+            return  # refused: nothing changed
+        add, remove = units[outcome.outcome]
+        chosen = boot.update(add=[unit_name(n) for n in add], remove=[unit_name(n) for n in remove])
+        self.say(f"at boot: {', '.join(chosen) if chosen else 'no radiance stack'} will be started")
 
     def _refusal(self, target: str, views) -> str | None:
         """Why the switch must not touch anything, checked before anything is stopped."""
@@ -296,6 +306,8 @@ def stop_all(sf: StackFile, names: list[str] | None, echo: Callable[[str], None]
     lock = sw._lock()
     try:
         running = [n for n, v in hoststate.views(sf).items() if v.running and (not names or n in names)]
+        chosen = boot.update(remove=[unit_name(n) for n in names] if names else boot.chosen())
+        sw.say(f"at boot: {', '.join(chosen) if chosen else 'no radiance stack'} will be started")
         if not running:
             sw.say("no radiance stack is running")
             return []

@@ -4,7 +4,7 @@
 is up and yields a `Box`; the container is always removed. Commands go through the podman CLI
 (podman-py's exec leaves conmon processes waiting). The box's units are real units run by a
 real systemd: `Box.show` reads their properties, `Box.wait_unit` polls them, `Box.drop_in` adds a
-drop-in and reloads.
+drop-in and reloads, `Box.reboot` restarts the container (systemd boots again).
 """
 
 from __future__ import annotations
@@ -55,6 +55,15 @@ class Box:
 
     def journal(self, unit: str, lines: int = 200) -> str:
         return self.sh(f"journalctl -u {unit} -n {lines} --no-pager -o cat", check=False).stdout
+
+    def reboot(self, timeout: float = 180) -> None:
+        """Restart the container: systemd shuts down and boots again (generators, targets and all) on
+        the same filesystem, as after a host reboot. Returns once the boot has finished."""
+        podman("restart", "--time", "60", self.name, timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while (st := self.sh("systemctl is-system-running", check=False).stdout.strip()) not in ("running", "degraded"):
+            assert time.monotonic() < deadline, f"{self.name}: boot not finished within {timeout:g} s ({st})"
+            time.sleep(0.5)
 
     def drop_in(self, unit: str, text: str, name: str = "10-test.conf", base: str = "/etc/systemd/system") -> None:
         self.write(f"{base}/{unit}.d/{name}", text)
