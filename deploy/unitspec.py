@@ -17,7 +17,7 @@ from pathlib import Path
 
 from radiance import apikey, paths
 from radiance.deploy.layout import current as current_layout
-from radiance.probe import ready_argv
+from radiance.probe import health_argv, ready_argv
 from radiance.locations import stack_paths
 from radiance.launcher.mounts import container_mounts
 from radiance.stack import Stack, StackFile
@@ -32,9 +32,10 @@ READY_INTERVAL_S = 2  # the start's probe: /health until vLLM listens, then one 
 # Grace vLLM gets after SIGTERM before podman/systemd kill it; TimeoutStopSec adds a margin on top.
 DEFAULT_STOP_GRACE_S = 90
 STOP_MARGIN_S = 30
-# A ready probe is one 1-token completion: every 30 s, 30 s to answer, 3 misses = unhealthy. The
-# probe's own deadline is what bounds it: podman did not kill a hung health command at
-# --health-timeout (podman 5.4, seen in the Quadlet test).
+# The health probe (live and making progress: an idle server answers a 1-token completion, a busy
+# one moves its token counters): every 30 s, 30 s to answer, 3 misses = unhealthy. The probe's own
+# deadline is what bounds it: podman did not kill a hung health command at --health-timeout
+# (podman 5.4, seen in the Quadlet test).
 HEALTH_INTERVAL_S = 30
 HEALTH_TIMEOUT_S = 30
 HEALTH_RETRIES = 3
@@ -147,7 +148,7 @@ class UnitSpec:
     user: str | None = None  # container user (podman)
     start_timeout_s: int = DEFAULT_START_TIMEOUT_S
     stop_grace_s: int = DEFAULT_STOP_GRACE_S
-    health_cmd: str = ""  # podman HEALTHCHECK: the ready probe run inside the container
+    health_cmd: str = ""  # podman HEALTHCHECK: the health probe run inside the container
     health_interval_s: int = HEALTH_INTERVAL_S
     health_timeout_s: int = HEALTH_TIMEOUT_S
     health_retries: int = HEALTH_RETRIES
@@ -259,7 +260,7 @@ def unit_spec(sf: StackFile, name: str, *, mode: str = "prod", launcher_bin: str
     cmd = ["radiance-launch", name, "--mode", mode, "--stacks", str(sp.stack_file)]
     # Steady-state probe only; the start window (model load + compile) is --health-start-period =
     # the ready window, so a slow start is not counted as unhealthy (podman #27290).
-    health = shlex.join(ready_argv(f"http://127.0.0.1:{stack.port}", stack.model_name, timeout_s=HEALTH_TIMEOUT_S,
-                                   api_key_env=SECRET_TARGET if sp.api_key_file else None))
+    health = shlex.join(health_argv(f"http://127.0.0.1:{stack.port}", stack.model_name, timeout_s=HEALTH_TIMEOUT_S,
+                                    api_key_env=SECRET_TARGET if sp.api_key_file else None))
     return UnitSpec(command=cmd, env=env, mounts=mounts, device_args=dev_args, quadlet_devices=quadlet_devs,
                     health_cmd=health, user=None if vend == "rocm" else CONTAINER_USER, **common)

@@ -32,6 +32,7 @@ pytestmark = pytest.mark.integration
 KEY = "sk-quadlet-test-31337"
 PORT = 18090
 INNER_IMAGE = "localhost/radiance-quadlet-inner:test"
+OLD_IMAGE = "localhost/radiance-quadlet-inner:old"
 UNIT = "radiance-q.service"
 NATIVE = "radiance-n.service"
 SYSTEM_ENV = {"RADIANCE_HOME": "/var/lib/radiance", "RADIANCE_CACHE": "/var/cache/radiance",
@@ -52,6 +53,7 @@ stacks:
     model: q-model
     served_name: q-model
     quant: paroquant
+    chat_template: model
     port: {PORT}
     start_timeout_s: 60
     api_key_file: keys/q.key
@@ -65,8 +67,27 @@ stacks:
     model: n-model
     served_name: n-model
     quant: paroquant
+    chat_template: model
     port: {PORT}
     start_timeout_s: 60
+  old:
+    description: a podman stack whose image's vLLM (FAKE, 0.20.0) is outside the tested range
+    arch: cpu
+    runtime: podman
+    image: {OLD_IMAGE}
+    model: q-model
+    quant: paroquant
+    chat_template: model
+    port: {PORT}
+  gone:
+    description: a podman stack whose image was never built
+    arch: cpu
+    runtime: podman
+    image: localhost/radiance-gone:1
+    model: q-model
+    quant: paroquant
+    chat_template: model
+    port: {PORT}
 """
 QUOTED = {"QUOTED_DOLLAR": "cost $5 and ${HOME}", "QUOTED_PERCENT": "50% of %h", "QUOTED_MIX": 'a "b" \\c; d'}
 FAKE_SERVER = f"""\
@@ -75,7 +96,7 @@ Exec=/opt/radiance/bin/python3 -m radiance.testing.fake_vllm --port {PORT} --mod
 Network=host
 Volume=/opt/radiance:/opt/radiance:ro
 Environment=PATH=/opt/radiance/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-HealthCmd=radiance probe ready --url http://127.0.0.1:{PORT} --timeout 2 --model q-model --api-key-env VLLM_API_KEY
+HealthCmd=radiance probe health --url http://127.0.0.1:{PORT} --timeout 2 --model q-model --api-key-env VLLM_API_KEY
 HealthInterval=2s
 HealthRetries=2
 HealthStartPeriod=2s
@@ -121,10 +142,12 @@ def qbox(quadlet_image, radiance_wheel, tmp_path_factory):
                          prefix="radiance-quadlet", cgroupns="host") as box:
             box.sh("podman import --quiet /rootfs.tar localhost/radiance-quadlet-inner:base", timeout=300)
             _build_inner(box, INNER_IMAGE, "0.32.0")
+            _build_inner(box, OLD_IMAGE, "0.20.0")
             box.sh(f"/opt/radiance/bin/pip install -q --no-deps --no-index /wheels/{radiance_wheel.name}")
             box.write("/etc/radiance/stacks.yaml", STACKS)
             box.write("/etc/radiance/keys/q.key", KEY + "\n")
-            box.sh("chmod 600 /etc/radiance/keys/q.key && mkdir -p /var/lib/radiance/models/q-model")
+            box.sh("chmod 600 /etc/radiance/keys/q.key")
+            box.checkpoints("/var/lib/radiance/models", "q-model", "n-model")
             box.drop_in(NATIVE, "[Service]\nExecStart=\nExecStart=/opt/radiance/bin/python3 -m radiance.testing.fake_vllm "
                         f"--port {PORT} --model n-model --load-s 1\n", name="10-fake-server.conf")
             r = box.sh("radiance render --system --out /etc/systemd/system --launcher /opt/radiance/bin/radiance-launch")
@@ -138,7 +161,8 @@ def qbox(quadlet_image, radiance_wheel, tmp_path_factory):
 
 def test_the_generator_reads_the_rendered_file(qbox):
     gen = qbox.sh("/usr/libexec/podman/quadlet -dryrun 2>&1").stdout
-    run = next(line for line in gen.splitlines() if line.startswith("ExecStart=/usr/bin/podman run"))
+    run = next(line for line in gen.splitlines()
+               if line.startswith("ExecStart=/usr/bin/podman run") and "--name radiance-q " in line)
     for arg in ("--init", "--cap-drop all", "--security-opt=no-new-privileges", "--user 10001:10001",
                 "--health-on-failure kill", "--secret radiance-q-api-key,type=env,target=VLLM_API_KEY",
                 "/var/lib/radiance/models/q-model:/var/lib/radiance/models/q-model:ro,z",
@@ -192,6 +216,19 @@ def test_a_hung_container_is_killed_and_restarted(qbox):
     qbox.wait_unit(UNIT, lambda s: int(s["NRestarts"]) > before and s["ActiveState"] == "active", 120,
                    what="health check -> kill -> restart")
     assert "ready:" in _ready(qbox)
+
+
+def test_an_image_missing_or_outside_the_vllm_range_is_refused_before_anything_stops(qbox):
+    r = _switch(qbox, "n --timeout 90", 200)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _switch(qbox, "old --timeout 60")
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert (f"old: its image {OLD_IMAGE} cannot serve it: the image {OLD_IMAGE} has vLLM 0.20.0, but radiance"
+            in r.stderr and "is tested with vllm >=0.26,<0.33" in r.stderr), r.stderr
+    r = _switch(qbox, "gone --timeout 60")
+    assert r.returncode == 4 and "gone: its image localhost/radiance-gone:1 is not in podman's store" in r.stderr, \
+        r.stdout + r.stderr
+    assert _active(qbox)[NATIVE] == "active"  # nothing was stopped
 
 
 def test_a_reboot_brings_back_exactly_what_vllm_switch_left_running(qbox):

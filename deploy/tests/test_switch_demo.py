@@ -10,7 +10,8 @@ port before the other starts. vLLM, the launcher, the unit's credential, ExecSta
 probes are real.
 
 Cost: ~15 s setup once the systemd image is cached (the model fixture is shared with the plugin
-tests); the switch to demo ~40-120 s (vLLM start on 2 busy cores), back to alpha ~5 s.
+tests); the switch to demo ~40-120 s (vLLM start on 2 busy cores), demo saturated with long
+generations under its watchdog ~70 s, back to alpha ~5 s.
 """
 
 from __future__ import annotations
@@ -106,7 +107,18 @@ def test_switch_to_the_real_demo_with_a_key_and_back(box):
     ok = box.sh(f"curl -s {url} -H 'Content-Type: application/json' -H 'Authorization: Bearer {KEY}' -d '{body}'")
     assert '"text"' in ok.stdout, ok.stdout
     status = box.sh("vllm-switch status", env=SYSTEM_ENV).stdout
-    assert "demo" in status and "yes" in status, status  # its ready probe sends the key too
+    assert "demo" in status and "yes" in status, status  # its health probe sends the key too
+
+    # Every slot busy on long generations: the watchdog (probing every 2 s, 5 s to answer, 2 misses;
+    # the rendered 30 s x 3 shortened) sees progress and leaves vLLM and its requests alone.
+    box.drop_in("radiance-watchdog@.service", f"[Service]\nExecStart=\nExecStart={VENV_BIN}/radiance probe watch "
+                "--stacks /etc/radiance/stacks.yaml --stack %i --interval 2 --timeout 5 --retries 2\n")
+    box.sh("systemctl restart radiance-watchdog@demo.service")
+    saturate = ("from radiance.testing.saturate import assert_healthy_while_saturated as a, unit_not_restarted as u; "
+                f"a('http://127.0.0.1:{PORT}', u('radiance-demo.service'), api_key='{KEY}')")
+    r = box.sh(f'/opt/radiance/bin/python3 -c "{saturate}"', check=False, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr + box.journal("radiance-watchdog@demo.service", 30)
+    assert "SIGKILL" not in box.journal("radiance-watchdog@demo.service")
 
     dry = box.sh(f"{VENV_BIN}/radiance-launch demo --dry-run", env=SYSTEM_ENV).stdout
     assert "VLLM_API_KEY=<redacted>" in dry
@@ -114,7 +126,7 @@ def test_switch_to_the_real_demo_with_a_key_and_back(box):
                        "journal": "journalctl -u radiance-demo.service --no-pager", "dry run": "true"}.items():
         text = dry if where == "dry run" else box.sh(cmd).stdout
         assert KEY not in text, f"the API key shows in {where}"
-    assert "api key: VLLM_API_KEY for vLLM from systemd credential vllm-api-key" in box.journal("radiance-demo.service")
+    assert "api key: VLLM_API_KEY for vLLM from systemd credential vllm-api-key" in box.journal("radiance-demo.service", 100000)
 
     out = _switch(box, "alpha --timeout 60", 300)  # waits until vLLM (and its engine process) let go of the port
     assert "stopping radiance-demo.service" in out, out

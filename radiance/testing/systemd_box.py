@@ -65,6 +65,14 @@ class Box:
             assert time.monotonic() < deadline, f"{self.name}: boot not finished within {timeout:g} s ({st})"
             time.sleep(0.5)
 
+    def checkpoints(self, models: str, *names: str, quant: str = "paroquant") -> None:
+        """Shape-only checkpoints (zero weights, a bundled chat template) under `models` in the box: what
+        a test stack's launch plan checks (vllm-switch refuses a target whose plan fails)."""
+        self.sh(f"python3 -c 'import sys; from pathlib import Path; "
+                f"from radiance.testing.shape_only import write_zero_checkpoint as w; "
+                f"[w(Path(sys.argv[1]) / m, \"{quant}\", chat_template=\"{{{{ messages }}}}\") for m in sys.argv[2:]]' "
+                f"{models} {' '.join(names)}")
+
     def drop_in(self, unit: str, text: str, name: str = "10-test.conf", base: str = "/etc/systemd/system") -> None:
         self.write(f"{base}/{unit}.d/{name}", text)
         self.sh("systemctl daemon-reload")
