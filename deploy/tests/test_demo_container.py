@@ -10,6 +10,7 @@ shared with the plugin tests, cached under $RADIANCE_HOME/models). The test itse
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import socket
 import threading
@@ -71,6 +72,10 @@ def test_demo_container_lifecycle(podman_client, cpu_image, qwen_paro_dir, tmp_p
         f.chmod(0o644)
     sf = load_stacks(_podman_demo(tmp_path, cpu_image, port, name, model=model))
     spec = unitspec.unit_spec(sf, "demo")
+    # the unit's health command, 5 s to answer instead of 30 (the load below would last minutes)
+    timeout = f"--timeout {unitspec.HEALTH_TIMEOUT_S:g}"
+    assert timeout in spec.health_cmd
+    spec = dataclasses.replace(spec, health_cmd=spec.health_cmd.replace(timeout, "--timeout 5"))
     prepare_host_dirs(spec)  # what the unit's ExecStartPre does
     try:
         container = podman_client.containers.create(**create_kwargs(spec))

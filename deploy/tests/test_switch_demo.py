@@ -45,7 +45,7 @@ def _stacks() -> str:
     assert demo["model"] == MODEL and demo["runtime"] == "native"
     demo.update(port=PORT, api_key_file="keys/demo.key", start_timeout_s=600)
     alpha = {"description": "FAKE vLLM on demo's port", "arch": "cpu", "model": "alpha-model",
-             "served_name": "alpha-model", "quant": "paroquant", "port": PORT}
+             "served_name": "alpha-model", "quant": "paroquant", "chat_template": "model", "port": PORT}
     return yaml.safe_dump({"version": 1, "stacks": {"demo": demo, "alpha": alpha}}, sort_keys=False)
 
 
@@ -69,6 +69,7 @@ def box(systemd_image, radiance_wheel, model_snapshot):
     with running_box(systemd_image, "--network=none", "--shm-size=2g", *mounts, prefix="radiance-demo-switch") as b:
         b.sh(f"/opt/radiance/bin/pip install -q --no-deps --no-index /wheels/{radiance_wheel.name}")
         b.write("/etc/radiance/stacks.yaml", _stacks())
+        b.checkpoints("/var/lib/radiance/models", "alpha-model")  # shape-only: vllm-switch checks alpha's plan
         b.write("/etc/radiance/keys/demo.key", KEY + "\n")
         b.sh("chmod 600 /etc/radiance/keys/demo.key")
         r = b.sh(f"radiance render --system --out /etc/systemd/system --launcher {VENV_BIN}/radiance-launch")

