@@ -126,8 +126,11 @@ def render_all(sf: StackFile, out: Path, *, mode: str = "prod", launcher_bin: st
     kind = podman_units_for(podman_units)
     files: list[tuple[Path, str]] = []
     native: UnitSpec | None = None
+    make: list[str] = []
     for name in sorted(sf.stacks):
         spec = unit_spec(sf, name, mode=mode, launcher_bin=launcher_bin, podman_bin=podman_bin)
+        if spec.sandbox is not None:
+            make += spec.sandbox.read_write
         if spec.runtime == "podman" and kind == "quadlet":
             files.append((quadlet_dir / spec.unit.replace(".service", ".container"), render_quadlet(spec)))
         else:
@@ -136,6 +139,9 @@ def render_all(sf: StackFile, out: Path, *, mode: str = "prod", launcher_bin: st
             native = native or spec
     if native is not None:
         files.append((out / WATCHDOG_TEMPLATE, render_watchdog(native)))
+    if not check:  # a sandboxed unit cannot create its writable directories outside /var/lib, /var/cache
+        for d in make:
+            Path(d).mkdir(parents=True, exist_ok=True)
     results: list[Rendered] = []
     for path, text in files:
         if check:

@@ -17,10 +17,12 @@ from pathlib import Path
 
 from radiance import apikey, paths
 from radiance.deploy.layout import current as current_layout
+from radiance.deploy.sandbox import Sandbox, native_sandbox
 from radiance.probe import health_argv, ready_argv
 from radiance.locations import stack_paths
+from radiance.launcher.device import gpu_env
 from radiance.launcher.mounts import container_mounts
-from radiance.stack import Stack, StackFile
+from radiance.stack import Stack, StackFile, vendor
 
 DEFAULT_HOST = "127.0.0.1"
 # Model load + kernel build + graph compile of a 27B model took minutes in the field; be generous.
@@ -146,6 +148,7 @@ class UnitSpec:
     ready_cmd: list[str]  # ExecStartPost: wait for the ready probe (the API key is appended by the template)
     api_key_file: str | None = None  # host path, loaded as the systemd credential apikey.CREDENTIAL
     user: str | None = None  # container user (podman)
+    sandbox: Sandbox | None = None  # a native stack's: User=, ProtectSystem=, ReadWritePaths=, DeviceAllow=
     start_timeout_s: int = DEFAULT_START_TIMEOUT_S
     stop_grace_s: int = DEFAULT_STOP_GRACE_S
     health_cmd: str = ""  # podman HEALTHCHECK: the health probe run inside the container
@@ -199,21 +202,19 @@ class UnitSpec:
         return watchdog_unit(self.name)
 
 
-def _devices(vend: str, gpus: list[int]) -> tuple[list[str], list[str], dict[str, str]]:
-    """(podman run args, Quadlet lines, env) that pass the stack's GPUs into the container."""
-    visible = ",".join(map(str, gpus))
-    if vend == "rocm":
+def _devices(arch: str, gpus: list[int]) -> tuple[list[str], list[str], dict[str, str]]:
+    """(podman run args, Quadlet lines, env) that pass the stack's GPUs into the container. The env
+    (launcher/device.gpu_env) is the launcher's own for a launch by hand: CUDA in PCI bus order (the
+    order NVML is read in, gpu_nvml.py), so `devices` mean the same GPUs to vLLM and vllm-switch."""
+    env = gpu_env(arch, gpus)
+    if vendor(arch) == "rocm":
         return (["--device /dev/kfd", "--device /dev/dri", "--group-add video", "--ipc=host"],
-                ["AddDevice=/dev/kfd", "AddDevice=/dev/dri", "GroupAdd=video", "PodmanArgs=--ipc=host"],
-                {"HIP_VISIBLE_DEVICES": visible})
+                ["AddDevice=/dev/kfd", "AddDevice=/dev/dri", "GroupAdd=video", "PodmanArgs=--ipc=host"], env)
     # vLLM's shared-memory queues need more than podman's 64 MiB /dev/shm (ROCm gets --ipc=host).
     shm = ([f"--shm-size {SHM_SIZE}"], [f"ShmSize={SHM_SIZE}"])
-    if vend == "nvidia":
-        # CUDA numbers GPUs fastest-first by default; PCI bus order is the order NVML is read in
-        # (gpu_nvml.py), so a stack's `devices` mean the same GPUs to vLLM and to vllm-switch.
-        return (["--device nvidia.com/gpu=all", *shm[0]], ["AddDevice=nvidia.com/gpu=all", *shm[1]],
-                {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": visible})
-    return shm[0], shm[1], {}
+    if vendor(arch) == "nvidia":
+        return ["--device nvidia.com/gpu=all", *shm[0]], ["AddDevice=nvidia.com/gpu=all", *shm[1]], env
+    return shm[0], shm[1], env
 
 
 def _labelled(mount: str, own_cache: Path) -> str:
@@ -229,7 +230,7 @@ def unit_spec(sf: StackFile, name: str, *, mode: str = "prod", launcher_bin: str
     stack = sf.get(name)
     stacks_path = str(Path(sf.path or "stacks.yaml").expanduser().absolute())
     vend = stack.vendor
-    dev_args, quadlet_devs, env = _devices(vend, list(stack.devices))
+    dev_args, quadlet_devs, env = _devices(stack.arch, list(stack.devices))
     env = {**env, **{k: str(v) for k, v in stack.env.items()}}
     layout = current_layout()
     launcher = launcher_bin or default_launcher_bin()
@@ -245,12 +246,15 @@ def unit_spec(sf: StackFile, name: str, *, mode: str = "prod", launcher_bin: str
         conflicts=[unit_name(o) for o in sorted(others)],
         stop_first=[unit_name(o) for o in sorted(others) if o < name], stacks_path=stacks_path, podman=podman_bin,
         labels={"radiance.stack": name, "radiance.unit": unit_name(name), "radiance.port": str(stack.port)},
-        unit_env=layout.env, directories=layout.directories, radiance_bin=radiance_bin, ready_cmd=ready,
+        # a native unit's user owns only what it writes (deploy/sandbox.py): no StateDirectory= chown
+        unit_env=layout.env, directories=layout.directories if stack.runtime == "podman" else [],
+        radiance_bin=radiance_bin, ready_cmd=ready,
         api_key_file=str(sp.api_key_file) if sp.api_key_file else None,
     )
     if stack.runtime == "native":
         cmd = [launcher, name, "--mode", mode, "--stacks", stacks_path]
-        return UnitSpec(command=cmd, env=env, mounts=[], device_args=[], quadlet_devices=[], **common)
+        return UnitSpec(command=cmd, env=env, mounts=[], device_args=[], quadlet_devices=[],
+                        sandbox=native_sandbox(stack, sp, layout.system), **common)
 
     # podman: the launcher's identity mounts (host path = container path), so the stack file
     # means the same thing inside the container as on the host.

@@ -152,10 +152,10 @@ def launch(name: str, stacks: Path | None, mode: str, dry_run: bool,
     t = time.monotonic()
     if plan.arch == "cpu":  # runs on any machine: skip detection (it imports torch: seconds)
         log.info("device: not probed (a cpu stack runs anywhere); stack %s mode %s", name, mode)
-    else:
-        dev = devmod.detect()
-        devmod.check(plan.arch, plan.devices, dev, name)
-        log.info("device: %s; stack %s (%s) mode %s", dev.describe(), name, plan.arch, mode)
+    else:  # the stack's GPU variables are set first: what is judged is what vLLM will see
+        dev = devmod.take_gpus(plan.arch, plan.devices, name)
+        log.info("device: %s; stack %s (%s, host GPU(s) %s) mode %s", dev.describe(), name, plan.arch,
+                 ",".join(map(str, plan.devices)), mode)
     phases["device"] = time.monotonic() - t
 
     t = time.monotonic()

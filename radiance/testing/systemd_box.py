@@ -56,14 +56,22 @@ class Box:
     def journal(self, unit: str, lines: int = 200) -> str:
         return self.sh(f"journalctl -u {unit} -n {lines} --no-pager -o cat", check=False).stdout
 
-    def reboot(self, timeout: float = 180) -> None:
-        """Restart the container: systemd shuts down and boots again (generators, targets and all) on
-        the same filesystem, as after a host reboot. Returns once the boot has finished."""
-        podman("restart", "--time", "60", self.name, timeout=timeout)
+    def booted(self, timeout: float) -> None:
+        """Wait until systemd has finished booting, then do what systemd does at boot on a host but
+        not in a container: make / a shared mount. Credentials of a unit with a non-root User= are
+        mounted in a child namespace and moved into place; under podman's private propagation they
+        never reach the service (an empty $CREDENTIALS_DIRECTORY)."""
         deadline = time.monotonic() + timeout
         while (st := self.sh("systemctl is-system-running", check=False).stdout.strip()) not in ("running", "degraded"):
             assert time.monotonic() < deadline, f"{self.name}: boot not finished within {timeout:g} s ({st})"
             time.sleep(0.5)
+        self.sh("mount --make-rshared /")
+
+    def reboot(self, timeout: float = 180) -> None:
+        """Restart the container: systemd shuts down and boots again (generators, targets and all) on
+        the same filesystem, as after a host reboot. Returns once the boot has finished."""
+        podman("restart", "--time", "60", self.name, timeout=timeout)
+        self.booted(timeout)
 
     def checkpoints(self, models: str, *names: str, quant: str = "paroquant") -> None:
         """Shape-only checkpoints (zero weights, a bundled chat template) under `models` in the box: what
@@ -85,13 +93,14 @@ def running_box(image: str, *podman_args: str, prefix: str = "radiance-box", boo
     podman makes cgroups of its own, needs `host`)."""
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     try:
-        podman("run", "-d", "--name", name, "--systemd=always", f"--cgroupns={cgroupns}", *podman_args, image,
-               "/sbin/init")
+        # SYS_ADMIN: systemd builds a sandboxed unit's mount namespace (ProtectSystem=, PrivateTmp=, ...);
+        # without it, it skips them without a word and a sandbox test would test nothing. SYS_PTRACE:
+        # root reads the sockets of processes of other users (vllm-switch naming a port's holder), as
+        # on a host.
+        podman("run", "-d", "--name", name, "--systemd=always", f"--cgroupns={cgroupns}", "--cap-add=SYS_ADMIN",
+               "--cap-add=SYS_PTRACE", *podman_args, image, "/sbin/init")
         box = Box(name)
-        deadline = time.monotonic() + boot_s
-        while box.sh("systemctl is-system-running", check=False).stdout.strip() not in ("running", "degraded"):
-            assert time.monotonic() < deadline, f"systemd in {name} did not come up within {boot_s:g} s"
-            time.sleep(0.5)
+        box.booted(boot_s)
         yield box
     finally:
         remove_container(name)
