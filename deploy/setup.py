@@ -240,7 +240,10 @@ def _place(d: Path, w: _Wanted, base: Path, check: bool, progress: Progress | No
                                      "and run setup again to place it, or drop the stack's `source`")
     if check:
         return Step(name, "missing", f"would place {src} at {d}")
-    n, linked, size = place_mod.place(src, d, progress)
+    try:
+        n, linked, size = place_mod.place(src, d, progress)
+    except place_mod.PlaceError as e:
+        return Step(name, "missing", str(e))
     return Step(name, "changed", f"placed {src} at {d}: {n} files, {size / 2**30:.2f} GiB "
                                  f"({linked} hard-linked, {n - linked} copied)")
 

@@ -30,7 +30,8 @@ from radiance import apikey, atomic, paths
 from radiance.deploy import boot, hoststate, hostcmd, inflight, precheck, systemd
 from radiance.deploy.unitspec import probe_url, start_timeout_s, stop_timeout_s, unit_name
 from radiance import probe
-from radiance.state import record_ready, record_switch
+from radiance import switch_history
+from radiance.state import record_ready
 from radiance.stack import StackFile
 
 RELEASE_TIMEOUT_S = 180.0  # after a stop: container gone, port free, GPU memory released
@@ -247,8 +248,8 @@ class Switch:
             self.say(f"FAILED: {e}")
             outcome = Outcome("timeout", f"{target}: {e}; nothing was rolled back: check the units with "
                                          f"`vllm-switch status` and `systemctl status 'radiance-*'`")
-        record_switch(previous if previous != target else None, target, outcome.outcome,
-                      time.monotonic() - self.t0)
+        switch_history.record(previous if previous != target else None, target, outcome.outcome,
+                              time.monotonic() - self.t0)
         return outcome
 
     def _remember_for_boot(self, target: str, clashing: list[str], outcome: Outcome) -> None:

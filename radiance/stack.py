@@ -190,7 +190,7 @@ class StackFile(_Strict):
     """The whole file: `version` and the `stacks` map (name -> stack)."""
 
     version: Literal[1] = 1
-    stacks: dict[str, Stack]
+    stacks: dict[str, Stack] = Field(json_schema_extra={"propertyNames": {"pattern": STACK_NAME_RE.pattern}})
 
     _path: Path | None = PrivateAttr(default=None)
     _lines: dict[tuple, int] = PrivateAttr(default_factory=dict)

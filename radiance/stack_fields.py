@@ -19,7 +19,7 @@ import re
 import unicodedata
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
+from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema
 
 from radiance.knobs import KNOBS
 
@@ -99,8 +99,9 @@ def _served_name(v: str) -> str:
 
 ContainerName = Annotated[str, AfterValidator(_container), _pattern_json(CONTAINER_RE.pattern)]
 ImageRef = Annotated[str, AfterValidator(_image), _pattern_json(IMAGE_RE.pattern)]
-BindHost = Annotated[str, AfterValidator(_host), WithJsonSchema({"type": "string", "anyOf": [
-    {"format": "ipv4"}, {"format": "ipv6"}]})]
+# for editors: an IPv4 dotted quad or an IPv6 address (the loader's ipaddress check is exact)
+_IP_PATTERN = r"^([0-9]{1,3}(\.[0-9]{1,3}){3}|[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*)$"
+BindHost = Annotated[str, AfterValidator(_host), _pattern_json(_IP_PATTERN)]
 ServedName = Annotated[str, AfterValidator(_served_name), _pattern_json(SERVED_NAME_RE.pattern)]
 
 
@@ -122,7 +123,10 @@ def _env_value(v: Any) -> Any:
 
 
 EnvName = Annotated[str, AfterValidator(_env_name), _pattern_json(ENV_NAME_RE.pattern)]
-EnvMap = dict[EnvName, Annotated[Text, BeforeValidator(_env_value)]]
+# YAML's `2` and `true` are taken (and made strings): the schema says so, for editors.
+EnvValue = Annotated[Text, BeforeValidator(_env_value),
+                     WithJsonSchema({"type": ["string", "number", "boolean"], "pattern": TEXT_PATTERN})]
+EnvMap = Annotated[dict[EnvName, EnvValue], Field(json_schema_extra={"propertyNames": {"pattern": ENV_NAME_RE.pattern}})]
 OptionValue = Text | int | float | bool
 
 

@@ -148,6 +148,7 @@ def qbox(quadlet_image, radiance_wheel, tmp_path_factory):
             box.write("/etc/radiance/keys/q.key", KEY + "\n")
             box.sh("chmod 600 /etc/radiance/keys/q.key")
             box.checkpoints("/var/lib/radiance/models", "q-model", "n-model")
+            box.service_user()  # the native stack `n` runs as `radiance`
             box.drop_in(NATIVE, "[Service]\nExecStart=\nExecStart=/opt/radiance/bin/python3 -m radiance.testing.fake_vllm "
                         f"--port {PORT} --model n-model --load-s 1\n", name="10-fake-server.conf")
             r = box.sh("radiance render --system --out /etc/systemd/system --launcher /opt/radiance/bin/radiance-launch")

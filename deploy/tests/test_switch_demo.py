@@ -89,10 +89,7 @@ def box(systemd_image, radiance_wheel, model_snapshot):
         b.checkpoints("/var/lib/radiance/models", "alpha-model", "gpu1-model")  # shape-only: the plans check them
         if str(interp).startswith("/root/"):  # the service user runs this checkout's interpreter from there
             b.sh("chmod o+x /root")
-        # `radiance setup --system`'s step creates the user the native units run as
-        b.sh("python3 -c 'from radiance.deploy import layout, setup; layout.use_system(); from radiance.stack "
-             "import load_stacks; sf = load_stacks(); print(setup.service_user(sf, sorted(sf.stacks), False))'",
-             env=SYSTEM_ENV)
+        assert "created the system user radiance" in b.service_user()
         b.sh("getent group render || groupadd --system render")  # udev makes it where an AMD GPU is
         for n, (gid, loc, gfx) in enumerate(FAKE_KFD_NODES):
             b.write(f"{FAKE_KFD}/topology/nodes/{n}/gpu_id", f"{gid}\n")
@@ -125,7 +122,6 @@ def test_a_unit_of_another_home_is_refused(box):
 
 
 def test_a_stack_on_host_gpu_1_passes_the_device_step_under_its_unit(box):
-    assert "created the system user radiance" in box.sh("id radiance && echo created the system user radiance").stdout
     env = box.show("radiance-gpu1.service", "Environment")["Environment"]
     assert "HIP_VISIBLE_DEVICES=1" in env, env
     box.sh("systemctl start radiance-gpu1.service", check=False, timeout=120)

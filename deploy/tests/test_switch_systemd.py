@@ -105,7 +105,7 @@ def test_rendered_units_carry_conflicts_and_timeouts(box):
     assert "After=radiance-alpha.service" in unit  # stop-before-start ordering
     assert "TimeoutStartSec=1860" in unit and "Restart=on-failure" in unit and "KillMode=mixed" in unit
     assert "RestartPreventExitStatus=2" in unit and "StartLimitBurst=3" in unit
-    assert "ExecStartPost=/opt/radiance/bin/radiance probe ready --url http://127.0.0.1:18080" in unit
+    assert "ExecStartPost=+/opt/radiance/bin/radiance probe ready --url http://127.0.0.1:18080" in unit
     assert "Conflicts" not in box.sh("systemctl cat radiance-gamma.service").stdout.split("[Service]")[0]
     box.sh("systemd-analyze verify /etc/systemd/system/radiance-alpha.service")
 
@@ -283,3 +283,24 @@ def test_a_target_that_cannot_start_is_refused_before_anything_stops(box):
         assert box.active()["alpha"] == "active"  # the working stack still serves
     finally:
         box.sh(f"mv {MODELS}/beta-model.away {MODELS}/beta-model")
+
+
+def test_switch_records_stay_bounded_and_the_exporter_still_counts_them_all(box):
+    root = "/root/.cache/radiance/state"
+    box.sh(f"rm -rf {root}/switch {root}/switch_totals && python3 -c 'from pathlib import Path; from radiance import "
+           f"state; [state.record_switch(None, \"beta\", \"ok\", 2.0, at=1000.0 + i, root=Path(\"{root}\")) "
+           "for i in range(1000)]'")
+    assert box.switch("alpha --timeout 30").returncode == 0
+    files = int(box.sh(f"ls {root}/switch/*.json | wc -l").stdout)
+    assert files == 200, f"{files} switch records kept"
+    box.sh("nohup radiance exporter --port 19411 --interval 60 > /tmp/exporter2.log 2>&1 & echo $! > /tmp/exporter2.pid")
+    try:
+        deadline, text = time.monotonic() + 60, ""
+        while "radiance_switches_total" not in text:
+            assert time.monotonic() < deadline, box.sh("cat /tmp/exporter2.log", check=False).stdout
+            time.sleep(0.5)
+            text = box.sh("curl -s localhost:19411/metrics", check=False).stdout
+        counted = sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("radiance_switches_total{"))
+        assert counted == 1001.0, counted
+    finally:
+        box.sh("kill $(cat /tmp/exporter2.pid)", check=False)

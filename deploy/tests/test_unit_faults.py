@@ -169,7 +169,7 @@ def test_watchdog_restarts_a_native_stack_that_stops_answering(box):
                   what="watchdog kill -> restart -> ready")
     assert _ready(box, 18180, "ok-model").startswith("ready:")
     log = box.journal("radiance-watchdog@ok.service")
-    assert "failed 2 ready probes in a row: SIGKILL" in log, log[-2000:]
+    assert "failed 2 health probes in a row: SIGKILL" in log, log[-2000:]
 
 
 def test_exporter_reads_units_from_systemd(box):

@@ -81,6 +81,12 @@ class Box:
                 f"[w(Path(sys.argv[1]) / m, \"{quant}\", chat_template=\"{{{{ messages }}}}\") for m in sys.argv[2:]]' "
                 f"{models} {' '.join(names)}")
 
+    def service_user(self) -> str:
+        """`radiance setup --system`'s step that creates the user native units run as (its report)."""
+        return self.sh("python3 -c 'from radiance.deploy import layout, setup; layout.use_system(); "
+                       "from radiance.stack import load_stacks; sf = load_stacks(); "
+                       "print(setup.service_user(sf, sorted(sf.stacks), False))'").stdout
+
     def drop_in(self, unit: str, text: str, name: str = "10-test.conf", base: str = "/etc/systemd/system") -> None:
         self.write(f"{base}/{unit}.d/{name}", text)
         self.sh("systemctl daemon-reload")
