@@ -63,8 +63,7 @@ def _leftovers(path: Path) -> list[str]:
 def test_a_kill_at_any_step_of_the_swap_leaves_the_old_or_the_new_directory(tmp_path):
     outcomes = set()
     for kill_at in range(1, 60):
-        root = tmp_path / str(kill_at)
-        path = root / "model"
+        path = tmp_path / str(kill_at) / "model"
         _write(path, OLD)
         r = subprocess.run([sys.executable, "-c", CHILD, str(path), str(kill_at), repr(NEW)], capture_output=True,
                            text=True, timeout=60)
@@ -73,8 +72,10 @@ def test_a_kill_at_any_step_of_the_swap_leaves_the_old_or_the_new_directory(tmp_
         got = _read(path) if path.is_dir() else {}
         assert got in (OLD, NEW), f"killed at file-system call {kill_at}: {path} holds {sorted(got)}"
         outcomes.add("old" if got == OLD else "new")
-        atomic.sweep(path)  # the next run's first step
-        assert _leftovers(path) == [] and _read(path) == got
+        # the next run (never killed) replaces it and leaves nothing of the dead one behind
+        r = subprocess.run([sys.executable, "-c", CHILD, str(path), "0", repr(OLD)], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0 and _read(path) == OLD and _leftovers(path) == [], (r.stderr, _leftovers(path))
         if not killed:
             break
     assert outcomes == {"old", "new"} and not killed, outcomes  # the kills covered the whole swap
