@@ -22,7 +22,7 @@ import radiance.units
 from radiance import atomic
 from radiance.deploy.unitspec import UnitSpec, unit_spec
 from radiance.stack import StackFile
-from radiance.stack_fields import control_character
+from radiance.stack_fields import refuse_control
 
 HEADER_MARK = "Rendered by `radiance render`"
 QUADLET_DIR = Path("/etc/containers/systemd")  # the system Quadlet generator's directory
@@ -32,11 +32,10 @@ _PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 
 
 def _refuse_control(value: str) -> str:
-    bad = control_character(value)
-    if bad:
-        raise ValueError(f"{value!r} cannot go into a systemd unit: it holds a control character ({bad}), which "
-                         f"would end the line it is on")
-    return value
+    try:
+        return refuse_control(value, "it would end the systemd unit line it is on")
+    except ValueError as e:
+        raise ValueError(f"{value!r} {e}") from None
 
 
 def _quoted(s: str) -> str:

@@ -86,13 +86,17 @@ def _short(e: Exception) -> str:
     return text[-1] if text else type(e).__name__
 
 
-def _live(client: httpx.Client, base: str, dl: _Deadline) -> str | None:
-    r = _get(client, dl, f"{base}/health")
+def _get_200(client: httpx.Client, dl: _Deadline, url: str, failed: str) -> httpx.Response | str:
+    """The 200 response, or why not (`failed`: how a non-200 answer is reported, {code} filled in)."""
+    r = _get(client, dl, url)
     if isinstance(r, str):
         return r
-    if r.status_code != 200:
-        return f"not live: {base}/health answered {r.status_code} (engine starting or dead)"
-    return None
+    return r if r.status_code == 200 else failed.format(code=r.status_code)
+
+
+def _live(client: httpx.Client, base: str, dl: _Deadline) -> str | None:
+    r = _get_200(client, dl, f"{base}/health", f"not live: {base}/health answered {{code}} (engine starting or dead)")
+    return r if isinstance(r, str) else None
 
 
 def live(url: str, timeout: float = 5.0, api_key: str | None = None) -> ProbeResult:
@@ -167,11 +171,9 @@ def ready(url: str, model: str | None = None, timeout: float = 30.0, api_key: st
 
 
 def _load(client: httpx.Client, base: str, dl: _Deadline) -> Load | str:
-    r = _get(client, dl, f"{base}/metrics")
+    r = _get_200(client, dl, f"{base}/metrics", f"unhealthy: {base}/metrics answered {{code}}")
     if isinstance(r, str):
         return r
-    if r.status_code != 200:
-        return f"unhealthy: {base}/metrics answered {r.status_code}"
     try:
         return parse(r.text)
     except MetricsError as e:

@@ -52,12 +52,17 @@ def control_character(s: str) -> str | None:
     return None
 
 
-def _text(v: str) -> str:
+def refuse_control(v: str, consequence: str) -> str:
+    """`v`, or ValueError naming its first control character and `consequence`."""
     bad = control_character(v)
     if bad:
-        raise ValueError(f"contains a control character ({bad}); stack-file strings go into systemd units and "
-                         f"command lines, where it would start a new line or command: remove it")
+        raise ValueError(f"contains a control character ({bad}); {consequence}")
     return v
+
+
+def _text(v: str) -> str:
+    return refuse_control(v, "stack-file strings go into systemd units and command lines, where it would start a "
+                             "new line or command: remove it")
 
 
 def _pattern_json(pattern: str) -> WithJsonSchema:
@@ -67,18 +72,20 @@ def _pattern_json(pattern: str) -> WithJsonSchema:
 Text = Annotated[str, AfterValidator(_text), _pattern_json(TEXT_PATTERN)]
 
 
-def _container(v: str) -> str:
-    if not CONTAINER_RE.match(v):
-        raise ValueError(f"{v!r} is not a podman container name: letters, digits, '_', '.' and '-', starting "
-                         f"with a letter or digit")
-    return v
+def _matching(pattern: re.Pattern[str], what: str):
+    def check(v: str) -> str:
+        if not pattern.match(v):
+            raise ValueError(f"{v!r} {what}")
+        return v
+    return check
 
 
-def _image(v: str) -> str:
-    if not IMAGE_RE.match(v):
-        raise ValueError(f"{v!r} is not an image reference: [registry/]path[:tag][@digest] in lowercase, e.g. "
-                         f"localhost/radiance-rocm:latest")
-    return v
+_container = _matching(CONTAINER_RE, "is not a podman container name: letters, digits, '_', '.' and '-', starting "
+                                     "with a letter or digit")
+_image = _matching(IMAGE_RE, "is not an image reference: [registry/]path[:tag][@digest] in lowercase, e.g. "
+                             "localhost/radiance-rocm:latest")
+_served_name = _matching(SERVED_NAME_RE, "is no served model name: letters, digits and . _ : / @ + - (no spaces), "
+                                         "starting with a letter or digit")
 
 
 def _host(v: str) -> str:
@@ -87,13 +94,6 @@ def _host(v: str) -> str:
     except ValueError:
         raise ValueError(f"{v!r} is not an IP address: the address vLLM listens on and podman publishes the "
                          f"port on (e.g. 127.0.0.1, 0.0.0.0 or ::)") from None
-    return v
-
-
-def _served_name(v: str) -> str:
-    if not SERVED_NAME_RE.match(v):
-        raise ValueError(f"{v!r}: a served model name is letters, digits and . _ : / @ + - (no spaces), "
-                         f"starting with a letter or digit")
     return v
 
 

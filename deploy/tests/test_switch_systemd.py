@@ -293,14 +293,6 @@ def test_switch_records_stay_bounded_and_the_exporter_still_counts_them_all(box)
     assert box.switch("alpha --timeout 30").returncode == 0
     files = int(box.sh(f"ls {root}/switch/*.json | wc -l").stdout)
     assert files == 200, f"{files} switch records kept"
-    box.sh("nohup radiance exporter --port 19411 --interval 60 > /tmp/exporter2.log 2>&1 & echo $! > /tmp/exporter2.pid")
-    try:
-        deadline, text = time.monotonic() + 60, ""
-        while "radiance_switches_total" not in text:
-            assert time.monotonic() < deadline, box.sh("cat /tmp/exporter2.log", check=False).stdout
-            time.sleep(0.5)
-            text = box.sh("curl -s localhost:19411/metrics", check=False).stdout
-        counted = sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("radiance_switches_total{"))
-        assert counted == 1001.0, counted
-    finally:
-        box.sh("kill $(cat /tmp/exporter2.pid)", check=False)
+    text = box.exporter_metrics(19411, "radiance_switches_total", "--interval 60")
+    counted = sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("radiance_switches_total{"))
+    assert counted == 1001.0, counted

@@ -174,23 +174,14 @@ def test_watchdog_restarts_a_native_stack_that_stops_answering(box):
 
 def test_exporter_reads_units_from_systemd(box):
     box.sh("systemctl is-active radiance-ok.service || systemctl start radiance-ok.service", timeout=90)
-    box.sh("nohup radiance exporter --port 19410 --interval 0.5 --probe-timeout 3 > /tmp/exporter.log 2>&1 &"
-           " echo $! > /tmp/exporter.pid")
-    try:
-        deadline, text = time.monotonic() + 60, ""
-        while 'radiance_up{stack="twin"}' not in text:
-            assert time.monotonic() < deadline, box.sh("cat /tmp/exporter.log", check=False).stdout
-            time.sleep(0.5)
-            text = box.sh("curl -s localhost:19410/metrics", check=False).stdout
-        # ok and twin share port 18180; only ok's unit runs, so only ok is probed and up
-        for line in ('radiance_up{stack="ok"} 1.0', 'radiance_ready{stack="ok"} 1.0', 'radiance_active{stack="ok"} 1.0',
-                     'radiance_up{stack="twin"} 0.0', 'radiance_ready{stack="twin"} 0.0',
-                     'radiance_active{stack="twin"} 0.0'):
-            assert line in text, line
-        info = next(line for line in text.splitlines() if line.startswith('radiance_stack_info{') and 'stack="twin"' in line)
-        assert 'port="18180"' in info and 'unit="radiance-twin.service"' in info and 'runtime="native"' in info
-    finally:
-        box.sh("kill $(cat /tmp/exporter.pid)", check=False)
+    text = box.exporter_metrics(19410, 'radiance_up{stack="twin"}', "--interval 0.5 --probe-timeout 3")
+    # ok and twin share port 18180; only ok's unit runs, so only ok is probed and up
+    for line in ('radiance_up{stack="ok"} 1.0', 'radiance_ready{stack="ok"} 1.0', 'radiance_active{stack="ok"} 1.0',
+                 'radiance_up{stack="twin"} 0.0', 'radiance_ready{stack="twin"} 0.0',
+                 'radiance_active{stack="twin"} 0.0'):
+        assert line in text, line
+    info = next(line for line in text.splitlines() if line.startswith('radiance_stack_info{') and 'stack="twin"' in line)
+    assert 'port="18180"' in info and 'unit="radiance-twin.service"' in info and 'runtime="native"' in info
 
 
 def test_stack_file_values_reach_the_unit_exactly_and_a_newline_never(box):

@@ -81,6 +81,20 @@ class Box:
                 f"[w(Path(sys.argv[1]) / m, \"{quant}\", chat_template=\"{{{{ messages }}}}\") for m in sys.argv[2:]]' "
                 f"{models} {' '.join(names)}")
 
+    def exporter_metrics(self, port: int, until: str, *args: str, timeout: float = 60) -> str:
+        """Run the real `radiance exporter` in the box until its /metrics holds `until`; that text."""
+        self.sh(f"nohup radiance exporter --port {port} {' '.join(args)} > /tmp/exporter-{port}.log 2>&1 & "
+                f"echo $! > /tmp/exporter-{port}.pid")
+        try:
+            deadline, text = time.monotonic() + timeout, ""
+            while until not in text:
+                assert time.monotonic() < deadline, self.sh(f"cat /tmp/exporter-{port}.log", check=False).stdout
+                time.sleep(0.5)
+                text = self.sh(f"curl -s localhost:{port}/metrics", check=False).stdout
+            return text
+        finally:
+            self.sh(f"kill $(cat /tmp/exporter-{port}.pid)", check=False)
+
     def service_user(self) -> str:
         """`radiance setup --system`'s step that creates the user native units run as (its report)."""
         return self.sh("python3 -c 'from radiance.deploy import layout, setup; layout.use_system(); "

@@ -135,8 +135,8 @@ def test_a_control_character_in_any_string_is_refused_at_its_line(extra, where):
     ("container", "'a b'", "is not a podman container name"),
     ("host", "'127.0.0.1 --privileged'", "is not an IP address"),
     ("host", "localhost", "is not an IP address"),
-    ("served_name", "'two words'", "a served model name is"),
-    ("served_name", '"demo\\nExecStartPre=/bin/touch /tmp/pwned"', "a served model name is"),
+    ("served_name", "'two words'", "is no served model name"),
+    ("served_name", '"demo\\nExecStartPre=/bin/touch /tmp/pwned"', "is no served model name"),
 ])
 def test_names_images_and_hosts_are_held_to_their_pattern(field, value, why):
     base = GOOD + ("    runtime: podman\n" if field in ("image", "container") else "")
