@@ -52,9 +52,17 @@ def render(
         typer.echo("nothing changed")
 
 
+def stack_schema() -> None:
+    """Print the stack file's JSON Schema (for editors: `# yaml-language-server: $schema=FILE`)."""
+    from radiance.stack_schema import text
+
+    typer.echo(text(), nl=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add this package's commands to the root app."""
     app.command("render")(render)
+    app.command("stack-schema")(stack_schema)
     from radiance.deploy.setup_cli import setup
 
     app.command("setup")(setup)

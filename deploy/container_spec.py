@@ -1,7 +1,8 @@
 """The rendered unit's `podman run` options as podman-py `containers.create` arguments.
 
 One source (UnitSpec) feeds both, so a container made through the API (tests, tools) is the one
-the unit would run: same name, labels, mounts, environment, published port, devices and command.
+the unit would run: same name, labels, mounts, environment, published port, devices, command and
+health check (podman's own `--health-on-failure` is the unit's: the API has no portable key for it).
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ def create_kwargs(spec: UnitSpec) -> dict[str, Any]:
         mounts.append({"type": "bind", "source": src, "target": dst, "read_only": mode == "ro",
                        **({"relabel": label[0]} if label else {})})
     extra: dict[str, Any] = {"user": spec.user} if spec.user else {}
+    if spec.health_cmd:  # podman-py takes durations in nanoseconds
+        extra["healthcheck"] = {"Test": ["CMD-SHELL", spec.health_cmd], "Interval": spec.health_interval_s * 10**9,
+                                "Timeout": spec.health_timeout_s * 10**9, "Retries": spec.health_retries,
+                                "StartPeriod": spec.start_timeout_s * 10**9}
     if spec.api_key_file:
         extra["secret_env"] = {"VLLM_API_KEY": spec.secret}
     return {

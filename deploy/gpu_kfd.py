@@ -5,17 +5,17 @@ one directory per process that uses the compute driver, `<kfd>/proc/<pid>/`, wit
 `vram_<gpu_id>` file per GPU giving the bytes of VRAM that process holds there; a process holding
 none (a monitoring tool) is not a user.
 
-GPU indices are HIP's: the i-th GPU node of KFD's topology (`<kfd>/topology/nodes/<n>/gpu_id`,
-CPU nodes have gpu_id 0), which is the order the ROCm runtime enumerates agents in.
+GPU indices are HIP's: the i-th GPU node of KFD's topology (radiance/kfd.py), which is the order the
+ROCm runtime enumerates agents in.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from radiance import kfd
 from radiance.deploy.gpus import GpuQueryError, GpuUser
-
-KFD = Path("/sys/class/kfd/kfd")
+from radiance.kfd import KFD
 
 
 def _read_int(p: Path) -> int | None:
@@ -25,30 +25,12 @@ def _read_int(p: Path) -> int | None:
         return None
 
 
-def _bus_id(node: Path) -> str:
-    """PCI address from the node's `properties` (`domain`, `location_id` = bus << 8 | dev << 3 | fn)."""
-    props = {}
-    try:
-        for line in (node / "properties").read_text().splitlines():
-            k, _, v = line.partition(" ")
-            props[k] = v.strip()
-        loc, dom = int(props["location_id"]), int(props.get("domain", "0"))
-    except (OSError, KeyError, ValueError):
-        return "unknown bus"
-    return f"{dom:04x}:{loc >> 8 & 0xff:02x}:{loc >> 3 & 0x1f:02x}.{loc & 7}"
-
-
 def gpu_nodes(root: Path | None = None) -> list[tuple[int, str]]:
     """[(gpu_id, PCI bus id)] of the GPU nodes in topology order: index i is HIP's device i."""
-    nodes = (root or KFD) / "topology" / "nodes"
-    if not nodes.is_dir():
-        raise GpuQueryError(f"{nodes} does not exist: the amdgpu driver (KFD) is not loaded, or this is no AMD host")
-    out = []
-    for node in sorted((p for p in nodes.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)):
-        gid = _read_int(node / "gpu_id")
-        if gid:  # CPU nodes have gpu_id 0
-            out.append((gid, _bus_id(node)))
-    return out
+    try:
+        return [(g.gpu_id, g.bus) for g in kfd.gpus(root or KFD)]
+    except kfd.KfdError as e:
+        raise GpuQueryError(str(e)) from None
 
 
 def users(gpus: list[int], root: Path | None = None) -> list[GpuUser]:

@@ -40,6 +40,11 @@ class Layout:
         return env
 
     @property
+    def system(self) -> bool:
+        """The system layout: units run vLLM as the `radiance` user (deploy/sandbox.py)."""
+        return self.home == SYSTEM_HOME
+
+    @property
     def directories(self) -> list[str]:
         """systemd's *Directory= settings for the parts that are the system layout's."""
         out = []

@@ -120,18 +120,24 @@ def place(src: Path, dest: Path, progress: Progress | None = None) -> tuple[int,
     total = sum(p.stat().st_size for p in todo.values())
     label = f"placing {dest.name}"
     done = linked = 0
-    with atomic.directory(dest) as tmp:
-        tmp.chmod(0o755)  # a container's non-root user reads the checkpoint (mkdtemp makes 0700)
-        for rel, p in todo.items():
-            target = tmp / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            real = p.resolve()  # a Hugging Face snapshot's files are symlinks into blobs/
-            try:
-                os.link(real, target)
-                linked += 1
-                done += real.stat().st_size
-                if progress:
-                    progress(label, done, total)
-            except OSError:  # another filesystem (EXDEV) or no permission to link: copy the bytes
-                done = _copy(real, target, label, done, total, progress)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    there = dest.parent.stat().st_dev  # files on another file system are copied, the rest hard-linked
+    copied = sum(p.resolve().stat().st_size for p in todo.values() if p.resolve().stat().st_dev != there)
+    try:
+        with atomic.directory(dest, needs_bytes=copied) as tmp:
+            tmp.chmod(0o755)  # a container's non-root user reads the checkpoint (mkdtemp makes 0700)
+            for rel, p in todo.items():
+                target = tmp / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                real = p.resolve()  # a Hugging Face snapshot's files are symlinks into blobs/
+                try:
+                    os.link(real, target)
+                    linked += 1
+                    done += real.stat().st_size
+                    if progress:
+                        progress(label, done, total)
+                except OSError:  # another filesystem (EXDEV) or no permission to link: copy the bytes
+                    done = _copy(real, target, label, done, total, progress)
+    except atomic.NoSpaceError as e:  # refused before anything was written
+        raise PlaceError(e.strerror) from None
     return len(todo), linked, total

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from radiance import apikey
-from radiance.deploy import hoststate
+from radiance.deploy import hoststate, inflight, precheck
 from radiance.deploy.unitspec import probe_url, unit_name
 from radiance import probe
 from radiance.stack import StackFile
 
 
-def describe_switch(sf: StackFile, target: str, *, wait: bool, rollback: bool) -> str:
+def describe_switch(sf: StackFile, target: str, *, wait: bool, rollback: bool, force: bool = False,
+                    drain_timeout: float = inflight.DRAIN_TIMEOUT_S) -> str:
     views = hoststate.views(sf)
     clashing = [n for n in hoststate.conflicting(sf, target) if views[n].running]
     port = sf.get(target).port
     lines = [f"dry run: switch to {target} ({unit_name(target)}), nothing will be changed"]
+    why = precheck.refusal(sf, target, views, lambda n: apikey.stack_key(sf, n))
+    if why:
+        lines.append(f"  would REFUSE: {why}")
+        return "\n".join(lines)
     strangers = hoststate.strangers_on_port(sf, port)
     if strangers:
         who = ", ".join(h.describe() for h in strangers)
@@ -22,7 +27,10 @@ def describe_switch(sf: StackFile, target: str, *, wait: bool, rollback: bool) -
     if views[target].running and not clashing:
         lines.append(f"  {unit_name(target)} is already {views[target].state.active}: only wait for readiness")
         return "\n".join(lines)
-    for n in clashing:
+    for n, load in inflight.loads(sf, clashing).items():
+        now = load if isinstance(load, str) else load.describe()
+        lines.append(f"  {'stop at once (--force)' if force else 'wait for the requests of'} {unit_name(n)} "
+                     f"(now: {now}){'' if force else f', at most {drain_timeout:g} s'}")
         lines.append(f"  stop {unit_name(n)} (shares {', '.join(hoststate.conflicts_of(sf, target, n))})")
     lines.append(f"  wait until {'their containers are gone, ' if clashing else ''}port {port} is free"
                  f"{' and GPU ' + ','.join(map(str, views[target].gpus)) + ' memory is released' if views[target].gpus else ''}")
@@ -65,7 +73,7 @@ def status_table(sf: StackFile, probe_timeout: float) -> str:
             rows.append([v.name, v.state.active, v.state.since or "-", "?", str(v.port),
                          ",".join(map(str, v.gpus)) or "-", f"not probed: {e}"])
             continue
-        r = probe.ready(probe_url(sf.get(v.name)), None, timeout=probe_timeout, api_key=key)
+        r = probe.healthy(probe_url(sf.get(v.name)), sf.get(v.name).model_name, timeout=probe_timeout, api_key=key)
         rows.append([v.name, v.state.active, v.state.since or "-", "yes" if r.ok else "no", str(v.port),
                      ",".join(map(str, v.gpus)) or "-", r.reason])
     return _table(["ACTIVE", "UNIT", "SINCE", "HEALTHY", "PORT", "GPUS", "PROBE"], rows)

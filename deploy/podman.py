@@ -35,6 +35,11 @@ def container_exists(name: str) -> bool:
     return run("container", "exists", name).returncode == 0
 
 
+def image_exists(ref: str) -> bool:
+    """The image is in this host's podman store (no registry is asked)."""
+    return run("image", "exists", ref).returncode == 0
+
+
 def container_state(name: str) -> str | None:
     if not available():
         return None

@@ -22,6 +22,7 @@ import radiance.units
 from radiance import atomic
 from radiance.deploy.unitspec import UnitSpec, unit_spec
 from radiance.stack import StackFile
+from radiance.stack_fields import refuse_control
 
 HEADER_MARK = "Rendered by `radiance render`"
 QUADLET_DIR = Path("/etc/containers/systemd")  # the system Quadlet generator's directory
@@ -30,12 +31,32 @@ PODMAN_UNITS = ("auto", "quadlet", "service")
 _PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 
 
-def sd_arg(value: object) -> str:
-    """One word of a systemd command line / assignment: `%` and `$` escaped, quoted when needed."""
-    s = str(value).replace("%", "%%").replace("$", "$$")
-    if _PLAIN.match(s):
-        return s
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def _refuse_control(value: str) -> str:
+    try:
+        return refuse_control(value, "it would end the systemd unit line it is on")
+    except ValueError as e:
+        raise ValueError(f"{value!r} {e}") from None
+
+
+def _quoted(s: str) -> str:
+    return s if _PLAIN.match(s) else '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def sd_exec(value: object) -> str:
+    """One word of an Exec*= command line, or a value of a Quadlet `[Container]` key (Quadlet copies
+    it into the generated ExecStart): specifiers (`%`) and variables (`$`) escaped, quoted when needed."""
+    return _quoted(_refuse_control(str(value)).replace("%", "%%").replace("$", "$$"))
+
+
+def sd_value(value: object) -> str:
+    """One value of a [Service] assignment (Environment=, LoadCredential=): specifiers escaped, quoted
+    when needed. `$` means nothing there (systemd.exec: no variable expansion)."""
+    return _quoted(_refuse_control(str(value)).replace("%", "%%"))
+
+
+def sd_text(value: object) -> str:
+    """Free text on one line (comments, Description=): a control character is refused."""
+    return _refuse_control(str(value))
 
 
 def _env() -> jinja2.Environment:
@@ -43,7 +64,7 @@ def _env() -> jinja2.Environment:
         loader=jinja2.FileSystemLoader(Path(radiance.units.__file__).parent),
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
     )
-    env.filters["sd_arg"] = sd_arg
+    env.filters.update(sd_exec=sd_exec, sd_value=sd_value, sd_text=sd_text)
     return env
 
 
@@ -104,8 +125,11 @@ def render_all(sf: StackFile, out: Path, *, mode: str = "prod", launcher_bin: st
     kind = podman_units_for(podman_units)
     files: list[tuple[Path, str]] = []
     native: UnitSpec | None = None
+    make: list[str] = []
     for name in sorted(sf.stacks):
         spec = unit_spec(sf, name, mode=mode, launcher_bin=launcher_bin, podman_bin=podman_bin)
+        if spec.sandbox is not None:
+            make += spec.sandbox.read_write
         if spec.runtime == "podman" and kind == "quadlet":
             files.append((quadlet_dir / spec.unit.replace(".service", ".container"), render_quadlet(spec)))
         else:
@@ -114,6 +138,9 @@ def render_all(sf: StackFile, out: Path, *, mode: str = "prod", launcher_bin: st
             native = native or spec
     if native is not None:
         files.append((out / WATCHDOG_TEMPLATE, render_watchdog(native)))
+    if not check:  # a sandboxed unit cannot create its writable directories outside /var/lib, /var/cache
+        for d in make:
+            Path(d).mkdir(parents=True, exist_ok=True)
     results: list[Rendered] = []
     for path, text in files:
         if check:

@@ -240,7 +240,10 @@ def _place(d: Path, w: _Wanted, base: Path, check: bool, progress: Progress | No
                                      "and run setup again to place it, or drop the stack's `source`")
     if check:
         return Step(name, "missing", f"would place {src} at {d}")
-    n, linked, size = place_mod.place(src, d, progress)
+    try:
+        n, linked, size = place_mod.place(src, d, progress)
+    except place_mod.PlaceError as e:
+        return Step(name, "missing", str(e))
     return Step(name, "changed", f"placed {src} at {d}: {n} files, {size / 2**30:.2f} GiB "
                                  f"({linked} hard-linked, {n - linked} copied)")
 
@@ -315,6 +318,34 @@ def _build_kernels(stack, plan, say: Callable[[str], None]) -> Step:
     if r.returncode != 0:
         return Step(name, "missing", f"kernel build in {stack.image} failed: {(r.stderr or r.stdout).strip()[-300:]}")
     return Step(name, "changed", r.stdout.strip())
+
+
+# ---- the native units' user ---------------------------------------------------------------------
+
+def service_user(sf: StackFile, names: list[str], check: bool) -> list[Step]:
+    """The system layout runs native stacks as `radiance` (deploy/sandbox.py): a system user without a
+    login, its home the state directory, created here when missing."""
+    import pwd
+
+    from radiance.deploy import hostcmd
+    from radiance.deploy.layout import SYSTEM_HOME, current
+    from radiance.deploy.sandbox import SYSTEM_USER
+
+    if not current().system or not any(sf.get(n).runtime == "native" for n in names):
+        return []
+    try:
+        return [Step("service user", "ok", f"{SYSTEM_USER} (uid {pwd.getpwnam(SYSTEM_USER).pw_uid}) runs the native stacks")]
+    except KeyError:
+        pass
+    argv = ["useradd", "--system", "--user-group", "--home-dir", str(SYSTEM_HOME), "--no-create-home",
+            "--shell", "/usr/sbin/nologin", "--comment", "radiance native stacks", SYSTEM_USER]
+    if check:
+        return [Step("service user", "missing", f"would run `{' '.join(argv)}`")]
+    r = hostcmd.run(argv)
+    if r.returncode != 0:
+        return [Step("service user", "missing", f"`{' '.join(argv)}` failed: {(r.stderr or r.stdout).strip()}; "
+                                                f"create the user {SYSTEM_USER} yourself")]
+    return [Step("service user", "changed", f"created the system user {SYSTEM_USER} for the native stacks")]
 
 
 # ---- units --------------------------------------------------------------------------------------

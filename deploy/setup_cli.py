@@ -62,6 +62,7 @@ def setup(
             results += steps_mod.images(sf, names, check, say)
         results += steps_mod.checkpoints(sf, names, check, progress, record)
         results += steps_mod.kernels(sf, names, check, say)
+        results += steps_mod.service_user(sf, names, check)
         results += steps_mod.units(sf, unit_dir, check, quadlet_dir)
 
     table = Table(title=f"radiance setup{' --check' if check else ''} ({sf.path})", show_lines=False)

@@ -1,8 +1,13 @@
 """The vllm-switch state machine: stop what conflicts, wait until it is really gone, start, wait ready.
 
-    LOCKED -> PLANNED -> (REFUSED | STOPPING) -> DRAINING -> STARTING -> WAITING_READY -> READY
-                                                  \\ (timeout / unit failed) -> FAILED -> ROLLING_BACK
-                                                                               -> ROLLED_BACK | FAILED
+    LOCKED -> PLANNED -> (REFUSED | WAITING_REQUESTS -> STOPPING) -> DRAINING -> STARTING -> WAITING_READY
+           -> READY           \\ (requests outlast --drain-timeout) -> REFUSED
+                              \\ (timeout / unit failed) -> FAILED -> ROLLING_BACK -> ROLLED_BACK | FAILED
+
+Before anything is stopped, everything that can be checked about the target is (precheck.py: unit,
+home, key, GPU driver, launch plan, image and its vLLM), and the conflicting stacks' running requests
+are waited for, up to --drain-timeout (inflight.py; --force skips it). Every wait says what it waits
+for at least every few seconds.
 
 Held under a file lock (filelock: the kernel drops it when the holder dies, even on kill -9). State
 is read from systemd/podman//proc and the GPU driver at every step (hoststate.py); the switch
@@ -22,20 +27,23 @@ from enum import Enum
 from filelock import FileLock, Timeout
 
 from radiance import apikey, atomic, paths
-from radiance.deploy import gpus, hoststate, hostcmd, systemd
+from radiance.deploy import boot, hoststate, hostcmd, inflight, precheck, systemd
 from radiance.deploy.unitspec import probe_url, start_timeout_s, stop_timeout_s, unit_name
 from radiance import probe
-from radiance.state import record_ready, record_switch
+from radiance import switch_history
+from radiance.state import record_ready
 from radiance.stack import StackFile
 
-DRAIN_TIMEOUT_S = 180.0
+RELEASE_TIMEOUT_S = 180.0  # after a stop: container gone, port free, GPU memory released
 POLL_S = 0.5
+PROGRESS_EVERY_S = 15.0  # a long wait (readiness, a stop) says what it waits for this often
 
 
 class Phase(Enum):
     LOCKED = "locked"
     PLANNED = "planned"
     REFUSED = "refused"
+    WAITING_REQUESTS = "waiting_requests"
     STOPPING = "stopping"
     DRAINING = "draining"
     STARTING = "starting"
@@ -49,7 +57,9 @@ class Phase(Enum):
 _NEXT: dict[Phase, set[Phase]] = {
     Phase.LOCKED: {Phase.PLANNED},
     # FAILED is reachable from every working phase: a host command that fails or hangs ends the switch.
-    Phase.PLANNED: {Phase.REFUSED, Phase.STOPPING, Phase.DRAINING, Phase.WAITING_READY, Phase.READY, Phase.FAILED},
+    Phase.PLANNED: {Phase.REFUSED, Phase.WAITING_REQUESTS, Phase.STOPPING, Phase.DRAINING, Phase.WAITING_READY,
+                    Phase.READY, Phase.FAILED},
+    Phase.WAITING_REQUESTS: {Phase.REFUSED, Phase.STOPPING, Phase.FAILED},
     Phase.STOPPING: {Phase.DRAINING, Phase.FAILED},
     Phase.DRAINING: {Phase.STARTING, Phase.FAILED, Phase.READY},
     Phase.STARTING: {Phase.WAITING_READY, Phase.READY, Phase.FAILED},
@@ -62,6 +72,10 @@ _NEXT: dict[Phase, set[Phase]] = {
 
 class SwitchBusy(RuntimeError):
     """Another vllm-switch holds the lock."""
+
+
+class StillBusy(RuntimeError):
+    """The stacks to stop still serve requests after the drain timeout (nothing was stopped)."""
 
 
 @dataclass
@@ -82,9 +96,10 @@ def lock_path():
 
 class Switch:
     def __init__(self, sf: StackFile, *, timeout: float | None = None, wait: bool = True, rollback: bool = True,
-                 lock_wait: float = 0.0, echo: Callable[[str], None] = print) -> None:
+                 lock_wait: float = 0.0, echo: Callable[[str], None] = print, force: bool = False,
+                 drain_timeout: float = inflight.DRAIN_TIMEOUT_S) -> None:
         self.sf, self.timeout, self.wait, self.rollback = sf, timeout, wait, rollback
-        self.lock_wait, self._echo = lock_wait, echo
+        self.lock_wait, self._echo, self.force, self.drain_timeout = lock_wait, echo, force, drain_timeout
         self.phases: list[Phase] = []
         self.t0 = time.monotonic()
         self._keys: dict[str, str | None] = {}
@@ -114,7 +129,7 @@ class Switch:
 
     # -- steps ---------------------------------------------------------------------------------
     def _wait_drained(self, stopped: list[str], target: str) -> list[str]:
-        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        deadline = time.monotonic() + RELEASE_TIMEOUT_S
         last: list[str] = []
         while True:
             held = hoststate.still_held(self.sf, stopped, target)
@@ -144,9 +159,13 @@ class Switch:
         Fails fast when the unit dies instead of waiting out the window."""
         stack, t0 = self.sf.get(name), time.monotonic()
         url, deadline = probe_url(stack), t0 + self._start_timeout(name)
-        reason, answered = "not probed yet", ""
+        reason, answered, said_at = "not probed yet", "", t0
         while True:
             st = systemd.state(unit_name(name))
+            if time.monotonic() - said_at >= PROGRESS_EVERY_S:
+                said_at = time.monotonic()
+                self.say(f"still waiting for {name}: {st.unit} {st.active} ({st.sub}); last probe: {reason} "
+                         f"({time.monotonic() - t0:.0f} s of {self._start_timeout(name):g} s)")
             if st.active in ("failed", "inactive") or st.sub == "auto-restart":
                 return False, f"{st.unit} is {st.active} ({st.sub}, result {st.result}) before answering"
             if answered and st.active == "active":
@@ -164,9 +183,32 @@ class Switch:
             time.sleep(min(1.0 if not answered else 0.2, max(deadline - time.monotonic(), 0)))
 
     def _stop(self, names: list[str]) -> None:
+        """Stop the units and wait until systemd has them down, saying what it waits for."""
         for n in names:
             self.say(f"stopping {unit_name(n)}")
-            systemd.stop(unit_name(n), stop_timeout_s(self.sf.get(n)))
+            systemd.stop_no_block(unit_name(n))
+        for n in names:
+            unit, t0 = unit_name(n), time.monotonic()
+            limit = stop_timeout_s(self.sf.get(n)) + systemd.STOP_MARGIN_S
+            said_at = t0
+            while (st := systemd.state(unit)).running:
+                if time.monotonic() - t0 > limit:
+                    raise systemd.SystemdError(f"{unit} did not stop within {limit:g} s (it is {st.active}, {st.sub}); "
+                                               f"see `journalctl -u {unit}`")
+                if time.monotonic() - said_at >= PROGRESS_EVERY_S:
+                    said_at = time.monotonic()
+                    self.say(f"still stopping {unit}: {st.active} ({st.sub}), {time.monotonic() - t0:.0f} s of "
+                             f"{limit:g} s")
+                time.sleep(POLL_S)
+
+    def _wait_requests(self, names: list[str]) -> list[str]:
+        """The stacks about to be stopped finish their requests first (unless --force); [] when they did."""
+        running = [n for n in names if hoststate.view(self.sf, n).state.active == "active"]
+        if self.force or not running:
+            if self.force and running:
+                self.say(f"--force: not waiting for requests on {', '.join(running)}")
+            return []
+        return inflight.wait_idle(self.sf, running, self.drain_timeout, self.say)
 
     def _start_and_wait(self, name: str, track: bool = True) -> tuple[bool, str]:
         self.say(f"starting {unit_name(name)}")
@@ -199,39 +241,29 @@ class Switch:
             clashing = [n for n in hoststate.conflicting(self.sf, target) if views[n].running]
             previous = clashing[0] if clashing else next((n for n in active if n != target), None)
             outcome = self._switch_planned(target, views, clashing)
+            self._remember_for_boot(target, clashing, outcome)
         except hostcmd.HostCommandError as e:
             if self.phases[-1] is not Phase.FAILED:
                 self.enter(Phase.FAILED)
             self.say(f"FAILED: {e}")
             outcome = Outcome("timeout", f"{target}: {e}; nothing was rolled back: check the units with "
                                          f"`vllm-switch status` and `systemctl status 'radiance-*'`")
-        record_switch(previous if previous != target else None, target, outcome.outcome,
-                      time.monotonic() - self.t0)
+        switch_history.record(previous if previous != target else None, target, outcome.outcome,
+                              time.monotonic() - self.t0)
         return outcome
 
-    def _refusal(self, target: str, views) -> str | None:
-        """Why the switch must not touch anything, checked before anything is stopped."""
-        t = self.sf.get(target)
-        if views[target].state.load != "loaded":
-            return (f"{views[target].unit} is {views[target].state.load or 'not loaded'} in systemd: install the "
-                    f"units first (`radiance setup` or `radiance render --out /etc/systemd/system` + "
-                    f"`systemctl daemon-reload`)")
-        why = hoststate.unit_home_mismatch(self.sf, target)
-        if why:
-            return why
-        try:
-            self._api_key(target)
-        except apikey.ApiKeyError as e:
-            return f"{target}: {e}"
-        try:  # the release wait reads the driver; find out now that it can, not after stopping a stack
-            gpus.users(t.vendor, sorted(set(t.devices)))
-        except gpus.GpuQueryError as e:
-            return f"cannot read which processes hold GPU {','.join(map(str, t.devices))} memory: {e}"
-        return None
+    def _remember_for_boot(self, target: str, clashing: list[str], outcome: Outcome) -> None:
+        """The boot choice follows what this switch left running (deploy/boot.py)."""
+        units = {"ok": ([target], clashing), "rolled_back": ([], [target]), "timeout": ([], [target, *clashing])}
+        if outcome.outcome not in units:
+            return  # refused: nothing changed
+        add, remove = units[outcome.outcome]
+        chosen = boot.update(add=[unit_name(n) for n in add], remove=[unit_name(n) for n in remove])
+        self.say(f"at boot: {', '.join(chosen) if chosen else 'no radiance stack'} will be started")
 
     def _switch_planned(self, target: str, views, clashing: list[str]) -> Outcome:
         port = self.sf.get(target).port
-        why = self._refusal(target, views)
+        why = precheck.refusal(self.sf, target, views, self._api_key)
         if why:
             self.enter(Phase.REFUSED)
             return Outcome("refused", why)
@@ -250,6 +282,13 @@ class Switch:
                 return Outcome("ok", f"{target} is active and ready: {why}")
             return self._fail(target, [], why)
         if clashing:
+            self.enter(Phase.WAITING_REQUESTS)
+            busy = self._wait_requests(clashing)
+            if busy:
+                self.enter(Phase.REFUSED)
+                return Outcome("refused", f"{', '.join(busy)} still serve requests after {self.drain_timeout:g} s; "
+                                          f"nothing was stopped. Try again later, give --drain-timeout more seconds, "
+                                          f"or pass --force to stop now (their requests fail)")
             self.enter(Phase.STOPPING)
             self._stop(clashing)
         self.enter(Phase.DRAINING)
@@ -289,13 +328,21 @@ class Switch:
 
 
 def stop_all(sf: StackFile, names: list[str] | None, echo: Callable[[str], None] = print,
-             lock_wait: float = 0.0) -> list[str]:
-    """Stop the named (default: every running) radiance stack and wait until their resources are
-    free. Returns what is still held (empty on success)."""
-    sw = Switch(sf, lock_wait=lock_wait, echo=echo)
+             lock_wait: float = 0.0, force: bool = False,
+             drain_timeout: float = inflight.DRAIN_TIMEOUT_S) -> list[str]:
+    """Stop the named (default: every running) radiance stack, after their running requests (unless
+    `force`), and wait until their resources are free. Returns what is still held (empty on
+    success); raises StillBusy when requests outlast `drain_timeout` (nothing stopped then)."""
+    sw = Switch(sf, lock_wait=lock_wait, echo=echo, force=force, drain_timeout=drain_timeout)
     lock = sw._lock()
     try:
         running = [n for n, v in hoststate.views(sf).items() if v.running and (not names or n in names)]
+        busy = sw._wait_requests(running)
+        if busy:
+            raise StillBusy(f"{', '.join(busy)} still serve requests after {drain_timeout:g} s; nothing was "
+                            f"stopped. Give --drain-timeout more seconds, or pass --force to stop now")
+        chosen = boot.update(remove=[unit_name(n) for n in names] if names else boot.chosen())
+        sw.say(f"at boot: {', '.join(chosen) if chosen else 'no radiance stack'} will be started")
         if not running:
             sw.say("no radiance stack is running")
             return []

@@ -1,10 +1,12 @@
 """`vllm-switch`: switch the host to one stack, show what runs, list stacks, stop.
 
     vllm-switch NAME [--dry-run] [--no-wait] [--timeout S] [--no-rollback] [--lock-wait S]
-    vllm-switch status | list | stop [NAME...]
+                     [--drain-timeout S] [--force]
+    vllm-switch status | list | stop [NAME...] [--drain-timeout S] [--force]
 
 Exit codes: 0 ok, 1 failed or timed out (rolled back or not), 2 bad input, 3 another vllm-switch
-holds the lock, 4 refused (a process that is not a radiance stack holds the port).
+holds the lock, 4 refused before anything was stopped (the target cannot start, a process that is
+not a radiance stack holds the port, requests still running after --drain-timeout).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
+from radiance.completion import stack_names
+from radiance.deploy.inflight import DRAIN_TIMEOUT_S
 from radiance.stack import StackFile, StackFileError, load_stacks
 
 RESERVED = ("status", "list", "stop", "to")
@@ -29,14 +33,24 @@ class _SwitchGroup(TyperGroup):
             args = ["to", *args]
         return super().resolve_command(ctx, args)
 
+    def shell_complete(self, ctx, incomplete: str):
+        """The first word: the subcommands and every stack name (`vllm-switch NAME`)."""
+        items = super().shell_complete(ctx, incomplete)
+        # click's CompletionItem, whichever click this typer brings (its own copy, or the package)
+        item = type(super().shell_complete(ctx, "")[0])
+        return [*items, *(item(n) for n in stack_names(ctx, incomplete) if n not in RESERVED)]
 
-app = typer.Typer(cls=_SwitchGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+
+app = typer.Typer(cls=_SwitchGroup, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Switch this host's GPUs and port to one radiance stack, and wait until it answers.")
 
 StacksOpt = Annotated[Optional[Path], typer.Option("--stacks", help="stack file (default: RADIANCE_STACKS, "
                                                    "$RADIANCE_HOME/stacks.yaml, the bundled example)")]
 LockWaitOpt = Annotated[float, typer.Option("--lock-wait", help="seconds to queue behind another vllm-switch "
                                             "(default 0: fail at once with who holds the lock)")]
+DrainOpt = Annotated[float, typer.Option("--drain-timeout", min=0, help="seconds to wait for the requests of the "
+                                         "stacks being stopped to finish; refused (nothing stopped) after")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="stop without waiting for running requests (they fail)")]
 
 
 def _load(stacks: Path | None) -> StackFile:
@@ -58,7 +72,7 @@ def _echo(msg: str) -> None:
 
 @app.command("to", hidden=True)
 def switch_to(
-    name: Annotated[str, typer.Argument(help="stack to switch to")],
+    name: Annotated[str, typer.Argument(help="stack to switch to", autocompletion=stack_names)],
     stacks: StacksOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan, change nothing")] = False,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="return once started, without waiting for readiness")] = False,
@@ -66,6 +80,8 @@ def switch_to(
                                                      "start timeout)")] = None,
     no_rollback: Annotated[bool, typer.Option("--no-rollback", help="on failure, do not restart the previous stack")] = False,
     lock_wait: LockWaitOpt = 0.0,
+    drain_timeout: DrainOpt = DRAIN_TIMEOUT_S,
+    force: ForceOpt = False,
 ) -> None:
     """Stop what conflicts with NAME, wait until it is gone, start NAME, wait until it answers."""
     from radiance.deploy import plan
@@ -78,9 +94,11 @@ def switch_to(
         typer.echo(str(e), err=True)
         raise typer.Exit(2) from None
     if dry_run:
-        typer.echo(plan.describe_switch(sf, name, wait=not no_wait, rollback=not no_rollback))
+        typer.echo(plan.describe_switch(sf, name, wait=not no_wait, rollback=not no_rollback, force=force,
+                                        drain_timeout=drain_timeout))
         return
-    sw = Switch(sf, timeout=timeout, wait=not no_wait, rollback=not no_rollback, lock_wait=lock_wait, echo=_echo)
+    sw = Switch(sf, timeout=timeout, wait=not no_wait, rollback=not no_rollback, lock_wait=lock_wait, echo=_echo,
+                force=force, drain_timeout=drain_timeout)
     try:
         out = sw.run(name)
     except SwitchBusy as e:
@@ -107,10 +125,13 @@ def list_(stacks: StacksOpt = None) -> None:
 
 
 @app.command("stop")
-def stop(names: Annotated[Optional[list[str]], typer.Argument(help="stacks to stop (default: all running)")] = None,
-         stacks: StacksOpt = None, lock_wait: LockWaitOpt = 0.0) -> None:
-    """Stop running radiance stacks and wait until their containers, ports and GPU memory are free."""
-    from radiance.deploy.switch import SwitchBusy, stop_all
+def stop(names: Annotated[Optional[list[str]], typer.Argument(help="stacks to stop (default: all running)",
+                                                               autocompletion=stack_names)] = None,
+         stacks: StacksOpt = None, lock_wait: LockWaitOpt = 0.0, drain_timeout: DrainOpt = DRAIN_TIMEOUT_S,
+         force: ForceOpt = False) -> None:
+    """Stop running radiance stacks (after their running requests) and wait until their containers,
+    ports and GPU memory are free. Nothing starts at boot after `vllm-switch stop`."""
+    from radiance.deploy.switch import StillBusy, SwitchBusy, stop_all
 
     sf = _load(stacks)
     for n in names or []:
@@ -120,10 +141,13 @@ def stop(names: Annotated[Optional[list[str]], typer.Argument(help="stacks to st
             typer.echo(str(e), err=True)
             raise typer.Exit(2) from None
     try:
-        held = stop_all(sf, names, echo=_echo, lock_wait=lock_wait)
+        held = stop_all(sf, names, echo=_echo, lock_wait=lock_wait, force=force, drain_timeout=drain_timeout)
     except SwitchBusy as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(3) from None
+    except StillBusy as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(4) from None
     if held:
         typer.echo("still held after stopping: " + "; ".join(held), err=True)
         raise typer.Exit(1)

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from radiance.deploy import hostcmd
 
-# `systemctl stop` blocks until the unit is down; the unit's own TimeoutStopSec bounds that, so the
-# caller passes it and this margin covers systemd's own bookkeeping on top.
+# A stop takes at most the unit's own TimeoutStopSec; the caller waits that plus this margin for
+# systemd's own bookkeeping.
 STOP_MARGIN_S = 60.0
 
 
@@ -60,6 +60,18 @@ def environment(unit: str) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in shlex.split(out) if "=" in kv)
 
 
+def exec_argv(unit: str) -> list[str]:
+    """The unit's (last) ExecStart command as systemd has it, drop-ins applied: [program, args...].
+    systemd prints the arguments space-joined, so an argument holding a space comes back split."""
+    out = _run("systemctl", "show", unit, "--property=ExecStart", "--value").stdout
+    cmds = [c for c in out.split("{")[1:] if "argv[]=" in c]
+    if not cmds:
+        return []
+    fields = dict(f.strip().split("=", 1) for f in cmds[-1].rstrip("} \n").split(" ; ") if "=" in f)
+    argv = fields.get("argv[]", "").split()
+    return [fields.get("path", argv[0] if argv else ""), *argv[1:]]
+
+
 def start(unit: str) -> None:
     # --no-block: readiness is judged by the probe, and a long TimeoutStartSec (the unit's
     # ExecStartPost waits for the ready probe) would otherwise hold us here.
@@ -67,9 +79,10 @@ def start(unit: str) -> None:
     _run("systemctl", "start", "--no-block", unit)
 
 
-def stop(unit: str, stop_timeout_s: float) -> None:
-    """Blocks until systemd has stopped the unit (its TimeoutStopSec, `stop_timeout_s`, bounds this)."""
-    _run("systemctl", "stop", unit, timeout=stop_timeout_s + STOP_MARGIN_S)
+def stop_no_block(unit: str) -> None:
+    """Queue the stop and return: the caller polls `state` (and says what it waits for meanwhile);
+    the unit's TimeoutStopSec bounds the stop itself."""
+    _run("systemctl", "stop", "--no-block", unit)
 
 
 def kill_main(unit: str, signal: str = "SIGKILL") -> None:

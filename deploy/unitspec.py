@@ -17,10 +17,12 @@ from pathlib import Path
 
 from radiance import apikey, paths
 from radiance.deploy.layout import current as current_layout
-from radiance.probe import ready_argv
+from radiance.deploy.sandbox import Sandbox, native_sandbox
+from radiance.probe import health_argv, ready_argv
 from radiance.locations import stack_paths
+from radiance.launcher.device import gpu_env
 from radiance.launcher.mounts import container_mounts
-from radiance.stack import Stack, StackFile
+from radiance.stack import Stack, StackFile, vendor
 
 DEFAULT_HOST = "127.0.0.1"
 # Model load + kernel build + graph compile of a 27B model took minutes in the field; be generous.
@@ -32,9 +34,10 @@ READY_INTERVAL_S = 2  # the start's probe: /health until vLLM listens, then one 
 # Grace vLLM gets after SIGTERM before podman/systemd kill it; TimeoutStopSec adds a margin on top.
 DEFAULT_STOP_GRACE_S = 90
 STOP_MARGIN_S = 30
-# A ready probe is one 1-token completion: every 30 s, 30 s to answer, 3 misses = unhealthy. The
-# probe's own deadline is what bounds it: podman did not kill a hung health command at
-# --health-timeout (podman 5.4, seen in the Quadlet test).
+# The health probe (live and making progress: an idle server answers a 1-token completion, a busy
+# one moves its token counters): every 30 s, 30 s to answer, 3 misses = unhealthy. The probe's own
+# deadline is what bounds it: podman did not kill a hung health command at --health-timeout
+# (podman 5.4, seen in the Quadlet test).
 HEALTH_INTERVAL_S = 30
 HEALTH_TIMEOUT_S = 30
 HEALTH_RETRIES = 3
@@ -145,9 +148,10 @@ class UnitSpec:
     ready_cmd: list[str]  # ExecStartPost: wait for the ready probe (the API key is appended by the template)
     api_key_file: str | None = None  # host path, loaded as the systemd credential apikey.CREDENTIAL
     user: str | None = None  # container user (podman)
+    sandbox: Sandbox | None = None  # a native stack's: User=, ProtectSystem=, ReadWritePaths=, DeviceAllow=
     start_timeout_s: int = DEFAULT_START_TIMEOUT_S
     stop_grace_s: int = DEFAULT_STOP_GRACE_S
-    health_cmd: str = ""  # podman HEALTHCHECK: the ready probe run inside the container
+    health_cmd: str = ""  # podman HEALTHCHECK: the health probe run inside the container
     health_interval_s: int = HEALTH_INTERVAL_S
     health_timeout_s: int = HEALTH_TIMEOUT_S
     health_retries: int = HEALTH_RETRIES
@@ -159,6 +163,12 @@ class UnitSpec:
     def writable_dirs(self) -> list[str]:
         """Host dirs of the writable mounts: podman does not create a missing bind source."""
         return [m.split(":")[0] for m in self.mounts if m.split(":")[2].split(",")[0] == "rw"]
+
+    @property
+    def publish(self) -> str:
+        """podman's --publish / Quadlet's PublishPort: HOST:PORT:PORT, an IPv6 host in brackets."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}:{self.port}"
 
     @property
     def stop_timeout_s(self) -> int:
@@ -192,21 +202,19 @@ class UnitSpec:
         return watchdog_unit(self.name)
 
 
-def _devices(vend: str, gpus: list[int]) -> tuple[list[str], list[str], dict[str, str]]:
-    """(podman run args, Quadlet lines, env) that pass the stack's GPUs into the container."""
-    visible = ",".join(map(str, gpus))
-    if vend == "rocm":
+def _devices(arch: str, gpus: list[int]) -> tuple[list[str], list[str], dict[str, str]]:
+    """(podman run args, Quadlet lines, env) that pass the stack's GPUs into the container. The env
+    (launcher/device.gpu_env) is the launcher's own for a launch by hand: CUDA in PCI bus order (the
+    order NVML is read in, gpu_nvml.py), so `devices` mean the same GPUs to vLLM and vllm-switch."""
+    env = gpu_env(arch, gpus)
+    if vendor(arch) == "rocm":
         return (["--device /dev/kfd", "--device /dev/dri", "--group-add video", "--ipc=host"],
-                ["AddDevice=/dev/kfd", "AddDevice=/dev/dri", "GroupAdd=video", "PodmanArgs=--ipc=host"],
-                {"HIP_VISIBLE_DEVICES": visible})
+                ["AddDevice=/dev/kfd", "AddDevice=/dev/dri", "GroupAdd=video", "PodmanArgs=--ipc=host"], env)
     # vLLM's shared-memory queues need more than podman's 64 MiB /dev/shm (ROCm gets --ipc=host).
     shm = ([f"--shm-size {SHM_SIZE}"], [f"ShmSize={SHM_SIZE}"])
-    if vend == "nvidia":
-        # CUDA numbers GPUs fastest-first by default; PCI bus order is the order NVML is read in
-        # (gpu_nvml.py), so a stack's `devices` mean the same GPUs to vLLM and to vllm-switch.
-        return (["--device nvidia.com/gpu=all", *shm[0]], ["AddDevice=nvidia.com/gpu=all", *shm[1]],
-                {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": visible})
-    return shm[0], shm[1], {}
+    if vendor(arch) == "nvidia":
+        return ["--device nvidia.com/gpu=all", *shm[0]], ["AddDevice=nvidia.com/gpu=all", *shm[1]], env
+    return shm[0], shm[1], env
 
 
 def _labelled(mount: str, own_cache: Path) -> str:
@@ -222,7 +230,7 @@ def unit_spec(sf: StackFile, name: str, *, mode: str = "prod", launcher_bin: str
     stack = sf.get(name)
     stacks_path = str(Path(sf.path or "stacks.yaml").expanduser().absolute())
     vend = stack.vendor
-    dev_args, quadlet_devs, env = _devices(vend, list(stack.devices))
+    dev_args, quadlet_devs, env = _devices(stack.arch, list(stack.devices))
     env = {**env, **{k: str(v) for k, v in stack.env.items()}}
     layout = current_layout()
     launcher = launcher_bin or default_launcher_bin()
@@ -238,12 +246,15 @@ def unit_spec(sf: StackFile, name: str, *, mode: str = "prod", launcher_bin: str
         conflicts=[unit_name(o) for o in sorted(others)],
         stop_first=[unit_name(o) for o in sorted(others) if o < name], stacks_path=stacks_path, podman=podman_bin,
         labels={"radiance.stack": name, "radiance.unit": unit_name(name), "radiance.port": str(stack.port)},
-        unit_env=layout.env, directories=layout.directories, radiance_bin=radiance_bin, ready_cmd=ready,
+        # a native unit's user owns only what it writes (deploy/sandbox.py): no StateDirectory= chown
+        unit_env=layout.env, directories=layout.directories if stack.runtime == "podman" else [],
+        radiance_bin=radiance_bin, ready_cmd=ready,
         api_key_file=str(sp.api_key_file) if sp.api_key_file else None,
     )
     if stack.runtime == "native":
         cmd = [launcher, name, "--mode", mode, "--stacks", stacks_path]
-        return UnitSpec(command=cmd, env=env, mounts=[], device_args=[], quadlet_devices=[], **common)
+        return UnitSpec(command=cmd, env=env, mounts=[], device_args=[], quadlet_devices=[],
+                        sandbox=native_sandbox(stack, sp, layout.system), **common)
 
     # podman: the launcher's identity mounts (host path = container path), so the stack file
     # means the same thing inside the container as on the host.
@@ -253,7 +264,7 @@ def unit_spec(sf: StackFile, name: str, *, mode: str = "prod", launcher_bin: str
     cmd = ["radiance-launch", name, "--mode", mode, "--stacks", str(sp.stack_file)]
     # Steady-state probe only; the start window (model load + compile) is --health-start-period =
     # the ready window, so a slow start is not counted as unhealthy (podman #27290).
-    health = shlex.join(ready_argv(f"http://127.0.0.1:{stack.port}", stack.model_name, timeout_s=HEALTH_TIMEOUT_S,
-                                   api_key_env=SECRET_TARGET if sp.api_key_file else None))
+    health = shlex.join(health_argv(f"http://127.0.0.1:{stack.port}", stack.model_name, timeout_s=HEALTH_TIMEOUT_S,
+                                    api_key_env=SECRET_TARGET if sp.api_key_file else None))
     return UnitSpec(command=cmd, env=env, mounts=mounts, device_args=dev_args, quadlet_devices=quadlet_devs,
                     health_cmd=health, user=None if vend == "rocm" else CONTAINER_USER, **common)

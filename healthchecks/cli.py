@@ -1,4 +1,4 @@
-"""Commands this package adds to the `radiance` CLI: `radiance probe live|ready`, `radiance exporter`.
+"""Commands this package adds to the `radiance` CLI: `radiance probe live|ready|health|watch`, `radiance exporter`.
 
 Probe exit codes fit podman `HEALTHCHECK`/`HealthCmd` and systemd `ExecStartPost=`/`ExecCondition=`:
 0 = healthy, 1 = unhealthy (the one-line reason on stdout lands in podman's health log / the
@@ -101,18 +101,32 @@ def ready_cmd(
     _finish(result)
 
 
+@probe_app.command("health")
+def health_cmd(url: Url, model: Annotated[str | None, typer.Option(
+        "--model", help="Model an idle server must answer a completion with (default: the first it lists).")] = None,
+        timeout: Timeout = 30.0, api_key_file: KeyFile = None, api_key_env: KeyEnv = None) -> None:
+    """Live and making progress (podman's health command): an idle server answers a 1-token completion;
+    a busy one generates tokens or finishes requests within --timeout (read from its /metrics)."""
+    from radiance import probe
+
+    try:
+        _finish(probe.healthy(url, model, timeout, api_key=_key(api_key_file, api_key_env)))
+    except ValueError as e:
+        _bad(e)
+
+
 @probe_app.command("watch")
 def watch_cmd(
     stack: Annotated[str, typer.Option("--stack", help="Stack to watch (its unit, URL, model and API key file).")],
     stacks: Annotated[Path | None, typer.Option(
         "--stacks", help="Stack file (default: RADIANCE_STACKS, else $RADIANCE_HOME/stacks.yaml, else the bundled example).")] = None,
-    interval: Annotated[float, typer.Option("--interval", min=0.1, help="Seconds between ready probes.")] = 30.0,
+    interval: Annotated[float, typer.Option("--interval", min=0.1, help="Seconds between health probes.")] = 30.0,
     timeout: Timeout = 30.0,
     retries: Annotated[int, typer.Option("--retries", min=1, help="Failed probes in a row that make the stack unhealthy.")] = 3,
 ) -> None:
-    """Watchdog of a native stack: while its unit is active, probe it; after --retries failures in a
-    row, SIGKILL its main process so systemd restarts it (what podman's --health-on-failure=kill
-    does for a container). Runs until stopped."""
+    """Watchdog of a native stack: while its unit is active, run the health probe; after --retries
+    failures in a row, SIGKILL its main process so systemd restarts it (what podman's
+    --health-on-failure=kill does for a container). Runs until stopped."""
     from radiance.healthchecks import watchdog
     from radiance.stack import StackFileError
 

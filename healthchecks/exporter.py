@@ -35,12 +35,11 @@ from prometheus_client.registry import Collector
 from radiance import paths
 from radiance import probe
 from radiance import state
+from radiance import switch_history
 
 log = logging.getLogger("radiance.exporter")
 
 PROBE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-# A switch stops one server and waits for the next to answer: seconds to tens of minutes.
-SWITCH_BUCKETS = (1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
 # ActiveStates in which a unit holds (or is taking) its port: its stack is the one to probe.
 HOLDING = ("active", "activating", "deactivating", "reloading")
 
@@ -169,12 +168,18 @@ class Prober:
             return dict(self.last), (dict(self.active) if self.active is not None else None)
 
 
-def _histogram(name: str, doc: str, label: str, groups: dict[str, list[float]], buckets: tuple[float, ...]):
+def _histogram(name: str, doc: str, label: str, groups: dict[str, list[float]], buckets: tuple[float, ...],
+               folded: state.SwitchTotals | None = None):
+    """A histogram of `groups` (label value -> observations) plus what `folded` counted already
+    (switch records folded into totals: per-bucket counts and sums)."""
     fam = HistogramMetricFamily(name, doc, labels=[label])
     for value, observations in sorted(groups.items()):
-        counts = [(str(b), float(sum(1 for o in observations if o <= b))) for b in buckets]
-        counts.append(("+Inf", float(len(observations))))
-        fam.add_metric([value], counts, sum_value=float(sum(observations)))
+        base = (folded.buckets.get(value) if folded else None) or [0] * (len(buckets) + 1)
+        cumulative = [sum(base[:i + 1]) for i in range(len(base))]
+        counts = [(str(b), float(cumulative[i] + sum(1 for o in observations if o <= b))) for i, b in enumerate(buckets)]
+        counts.append(("+Inf", float(cumulative[-1] + len(observations))))
+        base_sum = folded.duration_sum.get(value, 0.0) if folded else 0.0
+        fam.add_metric([value], counts, sum_value=base_sum + float(sum(observations)))
     return fam
 
 
@@ -187,6 +192,8 @@ class StateCollector(Collector):
         self.state_root = state_root
         self._reported_bad: dict[str, set[str]] = {}
         self._cache: dict = {}  # parsed state files by (mtime, size); see state.read_records
+        # prometheus_client serves scrapes on threads: the cache and the reported-bad sets are shared
+        self._files = threading.Lock()
 
     def _read(self, kind: str, bad_counts: dict[str, int]) -> dict:
         good, bad = state.read_records(kind, self.state_root, self._cache)
@@ -199,9 +206,11 @@ class StateCollector(Collector):
     def collect(self) -> Iterator:
         bad_counts: dict[str, int] = {}
         health, active = self.prober.snapshot()
-        switches = list(self._read("switch", bad_counts).values())
-        launches = self._read("launch", bad_counts)
-        readies = self._read("ready", bad_counts)
+        with self._files:
+            totals = self._read("switch_totals", bad_counts).get(switch_history.NAME)
+            switches = switch_history.unfolded(self._read("switch", bad_counts), totals)
+            launches = self._read("launch", bad_counts)
+            readies = self._read("ready", bad_counts)
 
         info = InfoMetricFamily("radiance_stack", "One series per stack of the stack file carrying what describes "
                                 "it; join on `stack`.", labels=["stack"])
@@ -220,7 +229,7 @@ class StateCollector(Collector):
                 act.add_metric([t.name], float(active.get(t.name) == "active"))
         yield from (info, up, rd, act)
 
-        yield from self._switch_metrics(switches)
+        yield from self._switch_metrics(switches, totals)
         yield from self._launch_metrics(launches, readies)
 
         errs = GaugeMetricFamily("radiance_state_file_errors",
@@ -230,10 +239,13 @@ class StateCollector(Collector):
             errs.add_metric([kind], float(bad_counts.get(kind, 0)))
         yield errs
 
-    def _switch_metrics(self, switches: list[state.SwitchRecord]) -> Iterator:
+    def _switch_metrics(self, switches: list[state.SwitchRecord], folded: state.SwitchTotals | None) -> Iterator:
         total = CounterMetricFamily("radiance_switches", "vllm-switch runs by target stack and outcome.",
                                     labels=["to", "outcome"])
         counts: dict[tuple[str, str], int] = {(t.name, o): 0 for t in self.targets for o in state.SWITCH_OUTCOMES}
+        for to, by_outcome in (folded.counts if folded else {}).items():
+            for outcome, n in by_outcome.items():
+                counts[(to, outcome)] = counts.get((to, outcome), 0) + n
         durations: dict[str, list[float]] = {o: [] for o in state.SWITCH_OUTCOMES}
         for rec in switches:
             counts[(rec.to, rec.outcome)] = counts.get((rec.to, rec.outcome), 0) + 1
@@ -242,10 +254,11 @@ class StateCollector(Collector):
             total.add_metric([to, outcome], float(n))
         yield total
         yield _histogram("radiance_switch_duration_seconds", "Seconds from a switch request to its outcome.",
-                         "outcome", durations, SWITCH_BUCKETS)
+                         "outcome", durations, state.SWITCH_BUCKETS, folded)
         last = GaugeMetricFamily("radiance_last_switch_timestamp_seconds", "Unix time of the latest switch outcome.")
-        if switches:
-            last.add_metric([], max(r.at for r in switches))
+        times = [r.at for r in switches] + ([folded.last_at] if folded and folded.last_at else [])
+        if times:
+            last.add_metric([], max(times))
         yield last
 
     def _launch_metrics(self, launches: dict[str, state.LaunchRecord], readies: dict[str, state.ReadyRecord]) -> Iterator:

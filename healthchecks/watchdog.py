@@ -3,8 +3,9 @@
 A podman stack has podman's health check with `--health-on-failure=kill`; a native stack has no
 container runtime to do that, so this loop does the same thing from beside it: while the stack's
 unit is `active` (started and ready: the unit's ExecStartPost waited for the ready probe) it runs
-the ready probe every `interval_s`; after `retries` failures in a row it SIGKILLs the unit's main
-process, and `Restart=on-failure` restarts the stack. A hung server (a deadlocked engine, a process
+the health probe (radiance.probe.healthy: live and making progress) every `interval_s`; after
+`retries` failures in a row it SIGKILLs the unit's main process, and `Restart=on-failure` restarts
+the stack. A server busy with long generations is healthy while it generates. A hung server (a deadlocked engine, a process
 stopped with SIGSTOP) does not answer SIGTERM, hence SIGKILL. While the unit is starting, stopping
 or restarting nothing is counted: the start has its own window (TimeoutStartSec).
 """
@@ -55,24 +56,24 @@ class Watchdog:
         if st.active != "active":
             self.streak = 0  # starting, stopping or restarting: not a steady-state failure
             return False
-        r = probe.ready(self.url, self.model, timeout=self.timeout_s, api_key=self.api_key)
+        r = probe.healthy(self.url, self.model, timeout=self.timeout_s, api_key=self.api_key)
         if r.ok:
             if self.streak:
                 self.say(f"{self.unit} answers again after {self.streak} failed probe(s): {r.reason}")
             self.streak = 0
             return False
         self.streak += 1
-        self.say(f"{self.unit}: ready probe failed ({self.streak}/{self.retries}): {r.reason}")
+        self.say(f"{self.unit}: health probe failed ({self.streak}/{self.retries}): {r.reason}")
         if self.streak < self.retries:
             return False
-        self.say(f"{self.unit} failed {self.retries} ready probes in a row: SIGKILL to its main process, "
+        self.say(f"{self.unit} failed {self.retries} health probes in a row: SIGKILL to its main process, "
                  f"so that systemd restarts it (Restart=on-failure)")
         systemd.kill_main(self.unit, "SIGKILL")
         self.streak = 0
         return True
 
     def run(self) -> None:
-        self.say(f"watching {self.unit} at {self.url}: a ready probe every {self.interval_s:g}s, "
+        self.say(f"watching {self.unit} at {self.url}: a health probe every {self.interval_s:g}s, "
                  f"{self.retries} failures in a row restart it")
         while True:
             t0 = time.monotonic()

@@ -30,7 +30,7 @@ SYSTEMD_PACKAGES = ("systemd", "systemd-sysv", "dbus", "python3", "python3-venv"
 QUADLET_SUITE = "trixie"
 QUADLET_PACKAGES = (*SYSTEMD_PACKAGES[:-1], "podman", "catatonit", "conmon", "python3-typer", "python3-rich",
                     "python3-pydantic", "python3-yaml", "python3-jinja2", "python3-httpx", "python3-filelock",
-                    "python3-prometheus-client", "python3-numpy", "python3-safetensors")
+                    "python3-prometheus-client", "python3-numpy", "python3-safetensors", "python3-packaging")
 # The CPU serving image: python with venv/pip to install wheels brought in by the build context.
 CPU_PACKAGES = ("python3", "python3-venv", "python3-dev", "ca-certificates", "curl", "procps", "libgomp1", "libnuma1")
 

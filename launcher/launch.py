@@ -132,6 +132,8 @@ def launch(name: str, stacks: Path | None, mode: str, dry_run: bool,
     t = time.monotonic()
     sf = load_stacks(stacks)
     plan = resolve_plan(sf, name, mode, environ)
+    if not dry_run:
+        runs_here(plan)  # before the CPU step, which imports vLLM and torch
     if plan.arch == "cpu":
         plan = cpu_step(plan)
     key_file = apikey.stack_key_file(sf, name)
@@ -143,13 +145,6 @@ def launch(name: str, stacks: Path | None, mode: str, dry_run: bool,
         if key_file is not None:
             sys.stdout.write(f"# and {apikey.ENV_VAR}={apikey.REDACTED} (from api_key_file {key_file})\n")
         return 0
-    if plan.runtime == "podman" and not in_container():
-        raise LaunchError(f"stack {name!r} runs in podman ({plan.image}): start it with `vllm-switch {name}` or its "
-                          f"unit, which runs radiance-launch inside the container; `--dry-run` shows the command")
-    try:
-        check_vllm(image=plan.image if plan.runtime == "podman" else None)
-    except VllmVersionError as e:
-        raise LaunchError(str(e)) from None
     secret_env, origin = _api_key(lambda: apikey.launch_env(key_file, plan.runtime, environ))
     if origin:
         log.info("api key: %s for vLLM from %s", apikey.ENV_VAR, origin)
@@ -157,10 +152,10 @@ def launch(name: str, stacks: Path | None, mode: str, dry_run: bool,
     t = time.monotonic()
     if plan.arch == "cpu":  # runs on any machine: skip detection (it imports torch: seconds)
         log.info("device: not probed (a cpu stack runs anywhere); stack %s mode %s", name, mode)
-    else:
-        dev = devmod.detect()
-        devmod.check(plan.arch, plan.devices, dev, name)
-        log.info("device: %s; stack %s (%s) mode %s", dev.describe(), name, plan.arch, mode)
+    else:  # the stack's GPU variables are set first: what is judged is what vLLM will see
+        dev = devmod.take_gpus(plan.arch, plan.devices, name)
+        log.info("device: %s; stack %s (%s, host GPU(s) %s) mode %s", dev.describe(), name, plan.arch,
+                 ",".join(map(str, plan.devices)), mode)
     phases["device"] = time.monotonic() - t
 
     t = time.monotonic()
@@ -181,6 +176,18 @@ def launch(name: str, stacks: Path | None, mode: str, dry_run: bool,
                   cache_key=plan.cache_key, radiance_version=plan.versions.radiance,
                   vllm_version=plan.versions.vllm, model=plan.served_name, exec_at=time.time())
     return serve_vllm(plan, secret_env)
+
+
+def runs_here(plan: LaunchPlan) -> None:
+    """A podman stack runs only inside its container, and only with a vLLM in the tested range."""
+    if plan.runtime == "podman" and not in_container():
+        raise LaunchError(f"stack {plan.stack!r} runs in podman ({plan.image}): start it with `vllm-switch "
+                          f"{plan.stack}` or its unit, which runs radiance-launch inside the container; "
+                          f"`--dry-run` shows the command")
+    try:
+        check_vllm(image=plan.image if plan.runtime == "podman" else None)
+    except VllmVersionError as e:
+        raise LaunchError(str(e)) from None
 
 
 def _api_key(read):

@@ -52,6 +52,7 @@ def quantize_cmd(
 ) -> None:
     """Quantize SRC into OUT as paroquant (int4 per 128-group, RTN or learned rotations), paroquant_mxfp4
     (MXFP4 under the same rotations) or pq2 (ternary)."""
+    from radiance.atomic import NoSpaceError
     from radiance.kernels.formats import FormatError
     from radiance.quantize.calibration import CalibrationError
     from radiance.quantize.convert import QuantizeError, QuantizeOptions, quantize_checkpoint
@@ -65,6 +66,8 @@ def quantize_cmd(
         typer.echo(quantize_checkpoint(src, out, opts))
     except (QuantizeError, FormatError, CalibrationError) as e:
         _fail(str(e), 2)
+    except NoSpaceError as e:
+        _fail(e.strerror, 1)
 
 
 def import_gguf_cmd(

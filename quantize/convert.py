@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import re
 import shutil
 import zlib
@@ -34,6 +35,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from radiance import atomic
+from radiance.checkpoint import DTYPE_BYTES
 from radiance.checksums import write_manifest
 from radiance.kernels.formats import FORMAT_KEY, FORMAT_VERSION
 from radiance.kernels.formats import paroquant as paro_fmt
@@ -274,7 +276,8 @@ def write_checkpoint(src: Path, out: Path, opts: QuantizeOptions, progress: bool
         raise QuantizeError(f"{src}: no linear layer left to quantize (all matched the skip regexes)")
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     weight_map: dict[str, str] = {}
-    with atomic.directory(out) as build, progress_bar(*cols, enabled=progress) as bar:
+    needs = output_bytes(shards, {name for _, name in plan}, opts.format)  # refused at once if it cannot fit
+    with atomic.directory(out, needs_bytes=needs) as build, progress_bar(*cols, enabled=progress) as bar:
         task = bar.add_task(f"quantizing to {opts.format}", total=len(plan))
         for shard in shards:
             tensors: dict[str, torch.Tensor] = {}
@@ -311,6 +314,23 @@ def copy_tokenizer(src: Path, dest: Path) -> None:
         raise QuantizeError(f"{src}: no tokenizer.json or tokenizer.model to copy")
     for n in found:
         shutil.copy2(Path(src) / n, dest / n)
+
+
+# Bytes per weight of a quantized linear, codes and their scales / zero points (rotations are noise).
+BYTES_PER_WEIGHT = {"paroquant": 0.5 + 2.5 / 128, "paroquant_mxfp4": 0.5 + 1 / 32, "pq2": 34 / 128}
+
+
+def output_bytes(shards: list[Path], quantized: set[str], fmt: str) -> int:
+    """About what the output takes on disk, from the source's shapes (no tensor is loaded): the
+    quantized linears at their format's size, every other tensor as it is."""
+    total = 0
+    for shard in shards:
+        with safe_open(shard, "pt") as f:
+            for name in f.keys():
+                sl = f.get_slice(name)
+                n = math.prod(sl.get_shape())
+                total += int(n * BYTES_PER_WEIGHT[fmt]) if name in quantized else n * DTYPE_BYTES[sl.get_dtype()]
+    return total
 
 
 def copy_side_files(src: Path, build: Path, opts: QuantizeOptions, weight_map: dict, multi_shard: bool) -> None:

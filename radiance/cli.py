@@ -6,7 +6,7 @@ import typer
 
 from radiance import __version__
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="radiance: quantized LLM serving with vLLM")
+app = typer.Typer(no_args_is_help=True, help="radiance: quantized LLM serving with vLLM")
 
 
 @app.callback()

@@ -3,7 +3,12 @@
 `live`: the server process answers `GET /health` with 200 (vLLM answers 503 once its engine died).
 `ready`: live, `GET /v1/models` lists the model, and a 1-token completion comes back — all within
 one deadline, so a probe never runs longer than the `timeout` it was given (podman's
-`--health-timeout`, systemd's `TimeoutStartSec=` count on that).
+`--health-timeout`, systemd's `TimeoutStartSec=` count on that). Readiness is what a start waits for.
+`healthy`: live and making progress — the steady-state check (podman's health command, the native
+watchdog). An idle server must answer a 1-token completion (a hung engine would not); a busy one
+must move its token or finished-request counters within the timeout. A server with every slot busy
+on long generations queues a completion behind them: judged by a completion it would be killed
+with its in-flight requests, judged by progress it is healthy.
 
 `wait_ready` is the startup window: model load + compile take minutes, so callers (units,
 vllm-switch) poll `ready` until a startup deadline, at an interval, instead of judging a server that
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 import httpx
 
 from radiance.apikey import bearer
+from radiance.vllm_load import Load, MetricsError, parse
 
 # The completion that proves the engine generates: one greedy token of a prompt every tokenizer has.
 PROBE_PROMPT = "1"
@@ -80,13 +86,17 @@ def _short(e: Exception) -> str:
     return text[-1] if text else type(e).__name__
 
 
-def _live(client: httpx.Client, base: str, dl: _Deadline) -> str | None:
-    r = _get(client, dl, f"{base}/health")
+def _get_200(client: httpx.Client, dl: _Deadline, url: str, failed: str) -> httpx.Response | str:
+    """The 200 response, or why not (`failed`: how a non-200 answer is reported, {code} filled in)."""
+    r = _get(client, dl, url)
     if isinstance(r, str):
         return r
-    if r.status_code != 200:
-        return f"not live: {base}/health answered {r.status_code} (engine starting or dead)"
-    return None
+    return r if r.status_code == 200 else failed.format(code=r.status_code)
+
+
+def _live(client: httpx.Client, base: str, dl: _Deadline) -> str | None:
+    r = _get_200(client, dl, f"{base}/health", f"not live: {base}/health answered {{code}} (engine starting or dead)")
+    return r if isinstance(r, str) else None
 
 
 def live(url: str, timeout: float = 5.0, api_key: str | None = None) -> ProbeResult:
@@ -160,6 +170,51 @@ def ready(url: str, model: str | None = None, timeout: float = 30.0, api_key: st
     return ProbeResult(True, f"ready: {model!r} answered a 1-token completion in {dl.elapsed():.2f}s", dl.elapsed())
 
 
+def _load(client: httpx.Client, base: str, dl: _Deadline) -> Load | str:
+    r = _get_200(client, dl, f"{base}/metrics", f"unhealthy: {base}/metrics answered {{code}}")
+    if isinstance(r, str):
+        return r
+    try:
+        return parse(r.text)
+    except MetricsError as e:
+        return f"unhealthy: {base}/metrics: {e}"
+
+
+def load(url: str, timeout: float = 5.0) -> Load | str:
+    """The server's running and waiting requests (radiance.vllm_load.Load), or why they cannot be read."""
+    base, dl = _base(url), _Deadline(timeout)
+    with httpx.Client() as client:
+        return _load(client, base, dl)
+
+
+PROGRESS_POLL_S = 0.5
+
+
+def healthy(url: str, model: str | None = None, timeout: float = 30.0, api_key: str | None = None) -> ProbeResult:
+    """Live and making progress, within `timeout`: idle and answering a 1-token completion, or busy
+    and generating (a PROGRESS counter of /metrics moved while this probe watched)."""
+    base, dl = _base(url), _Deadline(timeout)
+    with httpx.Client(headers=bearer(api_key)) as client:
+        why = _live(client, base, dl)
+        first = _load(client, base, dl) if why is None else why
+        if isinstance(first, str):
+            return ProbeResult(False, first, dl.elapsed())
+        if first.idle:  # nothing queued: a completion is served at once, and proves the engine works
+            r = ready(url, model, timeout=max(dl.left(), 0.001), api_key=api_key)
+            return ProbeResult(r.ok, f"healthy: idle, {r.reason}" if r.ok else r.reason, dl.elapsed())
+        while dl.left() > PROGRESS_POLL_S:
+            time.sleep(PROGRESS_POLL_S)
+            now = _load(client, base, dl)
+            if isinstance(now, str):
+                return ProbeResult(False, now, dl.elapsed())
+            if now.progress > first.progress:
+                return ProbeResult(True, f"healthy: busy ({now.describe()}), making progress "
+                                         f"(+{now.progress - first.progress:g} tokens/requests in {dl.elapsed():.1f}s)",
+                                   dl.elapsed())
+    return ProbeResult(False, f"unhealthy: {first.describe()}, and no token generated or request finished in "
+                              f"{dl.timeout:g}s", dl.elapsed())
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -211,12 +266,21 @@ def wait_ready(
         time.sleep(next_at - time.monotonic())
 
 
+def health_argv(url: str, model: str | None = None, *, timeout_s: float = 30.0, exe: str = "radiance",
+                api_key_env: str | None = None) -> list[str]:
+    """The `radiance probe health` command line: podman's --health-cmd, the steady-state check."""
+    argv = [exe, "probe", "health", "--url", url, "--timeout", f"{timeout_s:g}"]
+    if model:
+        argv += ["--model", model]
+    return argv + (["--api-key-env", api_key_env] if api_key_env else [])
+
+
 def ready_argv(url: str, model: str | None = None, *, timeout_s: float = 30.0, wait_s: float | None = None,
                interval_s: float = 5.0, stack: str | None = None, exe: str = "radiance",
                api_key_env: str | None = None) -> list[str]:
     """The `radiance probe ready` command line, for units and podman's --health-cmd to embed.
 
-    Steady state (HEALTHCHECK): no `wait_s`. Startup (ExecStartPost=, vllm-switch): `wait_s` = the
+    One attempt: no `wait_s`. Startup (ExecStartPost=, vllm-switch): `wait_s` = the
     startup window, and `stack` to record when it became ready (the exec_to_ready phase). The key
     file of a unit's credential (`%d/...`) is a systemd specifier: the unit template appends it.
     """

@@ -13,13 +13,15 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from radiance import paths
 from radiance.arch import vendor  # noqa: F401 -- re-exported: the schema's callers say stack.vendor
-from radiance.knobs import KNOBS, knob
+from radiance.knobs import knob
 from radiance.spec_methods import check_name as _drafter_method, model_rule
+from radiance.stack_fields import (BindHost, ContainerName, EnvMap, ExtraArgs, ImageRef, OptionValue, ServedName,
+                                   Text)
+from radiance.stack_yaml import StackFileError, line_for, read_yaml
 
 Arch = Literal["cpu", "gfx1201", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"]
 Runtime = Literal["podman", "native"]
@@ -40,46 +42,6 @@ MODES: tuple[str, ...] = ("eval", "prod")
 
 STACK_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")  # it becomes part of unit/container names
 SHAPE_RE = re.compile(r"^[1-9][0-9]*:[1-9][0-9]*$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-EnvValue = str | int | float | bool
-
-
-class StackFileError(ValueError):
-    """A stack file that cannot be used; str() is the message for the person editing it."""
-
-
-# An API key given here would land in `ps`, `systemctl show`, the journal and --dry-run.
-_SECRET_HINT = "would show in ps, systemctl show, the journal and --dry-run; put the key in a file and name it in `api_key_file`"
-
-
-def _env_name(k: str) -> str:
-    if not ENV_NAME_RE.match(k):
-        raise ValueError(f"{k!r} is not an environment variable name")
-    if k == "VLLM_API_KEY":
-        raise ValueError(f"VLLM_API_KEY in `env` {_SECRET_HINT}")
-    if k.startswith("RADIANCE_") and k not in KNOBS:
-        raise ValueError(f"{k} is not a radiance knob (see docs/knobs.md)")
-    return k
-
-
-def _env_value(v: Any) -> Any:
-    # YAML reads `2` and `true` as numbers/booleans; the environment only holds strings.
-    if isinstance(v, bool):
-        return "1" if v else "0"
-    return str(v) if isinstance(v, (int, float)) else v
-
-
-EnvMap = dict[Annotated[str, AfterValidator(_env_name)], Annotated[str, BeforeValidator(_env_value)]]
-
-
-def _no_api_key_arg(args: list[str]) -> list[str]:
-    if any(a == "--api-key" or a.startswith("--api-key=") for a in args):
-        raise ValueError(f"--api-key in `extra_args` {_SECRET_HINT}")
-    return args
-
-
-ExtraArgs = Annotated[list[str], AfterValidator(_no_api_key_arg)]
 
 
 class _Strict(BaseModel):
@@ -90,9 +52,9 @@ class Drafter(_Strict):
     """The speculative-decoding drafter; used only where the mode's `spec` is above 0."""
 
     method: DrafterMethod = "draft_model"
-    model: str | None = None
-    source: str | None = None  # where `radiance setup` places `model` from (deploy/place.py)
-    options: dict[str, EnvValue] = Field(default_factory=dict)
+    model: Text | None = None
+    source: Text | None = None  # where `radiance setup` places `model` from (deploy/place.py)
+    options: dict[Text, OptionValue] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _model_needed(self) -> Drafter:
@@ -127,30 +89,30 @@ class ModeOverrides(_Strict):
 class Stack(_Strict):
     """One servable configuration: which model, on what, how. The YAML key is its name."""
 
-    description: str = ""
+    description: Text = ""
     arch: Arch
     runtime: Runtime = "native"
-    image: str | None = None
-    model: str
-    source: str | None = None  # where `radiance setup` places `model` from (deploy/place.py)
+    image: ImageRef | None = None
+    model: Text
+    source: Text | None = None  # where `radiance setup` places `model` from (deploy/place.py)
     quant: QuantMethod
-    served_name: str | None = None
+    served_name: ServedName | None = None
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
     drafter: Drafter | None = None
     spec: int = Field(default=0, ge=0, le=16)
     devices: list[int] = Field(default_factory=list)
     tp: int = Field(default=1, ge=1, le=8)
-    host: str | None = None
+    host: BindHost | None = None
     port: int = Field(ge=1, le=65535)
-    container: str | None = None
-    cache_dir: str | None = None
-    chat_template: str | None = None
+    container: ContainerName | None = None
+    cache_dir: Text | None = None
+    chat_template: Text | None = None
     check_shapes: list[str] = Field(default_factory=list)
     max_num_seqs: int | None = Field(default=None, ge=1)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     start_timeout_s: int | None = Field(default=None, ge=10)
-    api_key_file: str | None = None
+    api_key_file: Text | None = None
     env: EnvMap = Field(default_factory=dict)
     extra_args: ExtraArgs = Field(default_factory=list)
     eval: ModeOverrides = Field(default_factory=ModeOverrides)
@@ -201,6 +163,13 @@ class Stack(_Strict):
             raise ValueError("runtime 'podman' needs `image` (the container image to run)")
         if self.runtime == "native" and self.image:
             raise ValueError("`image` is only used with runtime 'podman'; remove it or set runtime: podman")
+        if self.runtime == "podman":
+            mounted = {"model": self.model, "drafter.model": self.drafter and self.drafter.model,
+                       "cache_dir": self.cache_dir, "chat_template": self.chat_template}
+            for key, p in mounted.items():
+                if p and (":" in p or "," in p):
+                    raise ValueError(f"{key} {p!r}: a podman stack's paths are bind mounts (`-v SRC:DST:ro`), "
+                                     f"which cannot hold ':' or ','; move or rename it")
         if self.arch == "cpu":
             if self.devices:
                 raise ValueError("arch 'cpu' takes no `devices` (GPU indices)")
@@ -221,7 +190,7 @@ class StackFile(_Strict):
     """The whole file: `version` and the `stacks` map (name -> stack)."""
 
     version: Literal[1] = 1
-    stacks: dict[str, Stack]
+    stacks: dict[str, Stack] = Field(json_schema_extra={"propertyNames": {"pattern": STACK_NAME_RE.pattern}})
 
     _path: Path | None = PrivateAttr(default=None)
     _lines: dict[tuple, int] = PrivateAttr(default_factory=dict)
@@ -250,39 +219,13 @@ class StackFile(_Strict):
 
     def where(self, *loc: str | int) -> str:
         """`file:line` of the deepest key of `loc` that the file has (for error messages)."""
-        return f"{self._path}:{_line_for(self._lines, loc)}"
+        return f"{self._path}:{line_for(self._lines, loc)}"
 
     def error(self, message: str, *loc: str | int) -> StackFileError:
         return StackFileError(f"{self.where(*loc)}: {'.'.join(map(str, loc))}: {message}")
 
 
-# ---- loading: YAML with line numbers -----------------------------------------------------------
-
-def _line_for(lines: dict[tuple, int], loc: tuple) -> int:
-    for n in range(len(loc), -1, -1):
-        if tuple(loc[:n]) in lines:
-            return lines[tuple(loc[:n])]
-    return 1
-
-
-def _walk(node: yaml.Node, loc: tuple, lines: dict[tuple, int], path: Path) -> None:
-    lines.setdefault(loc, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[Any, int] = {}
-        for k, v in node.value:
-            key = k.value
-            line = k.start_mark.line + 1
-            if key in seen:
-                raise StackFileError(f"{path}:{line}: {'.'.join(map(str, loc + (key,)))}: "
-                                     f"duplicate key (first at line {seen[key]})")
-            seen[key] = line
-            lines[loc + (key,)] = line
-            _walk(v, loc + (key,), lines, path)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            lines[loc + (i,)] = item.start_mark.line + 1
-            _walk(item, loc + (i,), lines, path)
-
+# ---- loading ----------------------------------------------------------------------------------
 
 def _describe(err: dict, model_fields: list[str] | None) -> str:
     msg = err["msg"].removeprefix("Value error, ")
@@ -319,23 +262,7 @@ def _fields_at(loc: tuple) -> list[str] | None:
 
 def parse_stacks(text: str, path: Path) -> StackFile:
     """Validate stack-file text; `path` is only used in messages."""
-    try:
-        loader = yaml.SafeLoader(text)
-        try:
-            node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise StackFileError(f"{where}: not valid YAML: {e.problem or e}") from None
-    if data is None:
-        raise StackFileError(f"{path}: the file is empty; it needs a `stacks:` map (see deploy/stacks.example.yaml)")
-    if not isinstance(data, dict):
-        raise StackFileError(f"{path}:1: the top level must be a map with `stacks:` (see deploy/stacks.example.yaml)")
-    lines: dict[tuple, int] = {}
-    _walk(node, (), lines, path)
+    data, lines = read_yaml(text, path)
     try:
         sf = StackFile.model_validate(data)
     except ValidationError as e:
@@ -345,7 +272,7 @@ def parse_stacks(text: str, path: Path) -> StackFile:
             loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p == "[key]")))
             dotted = ".".join(map(str, loc)) or "(top level)"
             msg = _describe(err, _fields_at(loc) if err["type"] == "extra_forbidden" else None)
-            msgs.append(f"{path}:{_line_for(lines, loc)}: {dotted}: {msg}")
+            msgs.append(f"{path}:{line_for(lines, loc)}: {dotted}: {msg}")
         raise StackFileError("\n".join(msgs)) from None
     sf._path = path
     sf._lines = lines

@@ -31,6 +31,14 @@ can count switches by outcome across its own restarts) — written by vllm-switc
     duration_s  float       seconds from the request to the outcome
     at          float       unix time of the outcome
 
+kind "switch_totals", name "all" — the switches older than the newest 200, folded in by vllm-switch
+(radiance/switch_history.py) so `switch/` stays bounded:
+    through        str    the newest switch record folded in; files named up to it are counted here
+    counts         {to: {outcome: int}}
+    buckets        {outcome: [int]}  switches per SWITCH_BUCKETS slot of duration_s (+Inf last)
+    duration_sum   {outcome: float}
+    last_at        float | null
+
 kind "ready", name = the stack — written by whoever waited for readiness after a launch
 (`radiance probe ready --wait S --stack NAME`, used by the units and vllm-switch; `record_ready`):
     stack     str
@@ -81,13 +89,26 @@ class SwitchRecord(_Record):
     at: float
 
 
+# Seconds from a switch request to its outcome (the exporter's histogram; the totals are binned in it).
+SWITCH_BUCKETS = (1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
+
+
+class SwitchTotals(_Record):
+    through: str
+    counts: dict[str, dict[str, NonNegativeInt]] = Field(default_factory=dict)
+    buckets: dict[str, list[NonNegativeInt]] = Field(default_factory=dict)
+    duration_sum: dict[str, NonNegativeFloat] = Field(default_factory=dict)
+    last_at: float | None = None
+
+
 class ReadyRecord(_Record):
     stack: str
     at: float
     waited_s: NonNegativeFloat
 
 
-SCHEMAS: dict[str, type[_Record]] = {"launch": LaunchRecord, "switch": SwitchRecord, "ready": ReadyRecord}
+SCHEMAS: dict[str, type[_Record]] = {"launch": LaunchRecord, "switch": SwitchRecord, "ready": ReadyRecord,
+                                     "switch_totals": SwitchTotals}
 
 
 class StateError(ValueError):

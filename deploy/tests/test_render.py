@@ -106,11 +106,20 @@ def test_host_and_start_timeout_follow_the_stack(home, tmp_path):
     assert unitspec.probe_url(load_stacks(f).get("demo")) == "http://127.0.0.1:8765"
 
 
-def test_sd_arg_escapes_specifiers_and_quotes():
-    assert render.sd_arg("a=b") == "a=b"
-    assert render.sd_arg("50%") == "50%%"
-    assert render.sd_arg("$HOME") == '"$$HOME"'
-    assert render.sd_arg('two words "q"') == '"two words \\"q\\""'
+def test_unit_values_are_escaped_and_quoted():
+    assert render.sd_exec("a=b") == "a=b"
+    assert render.sd_exec("50%") == "50%%"
+    assert render.sd_exec("$HOME") == '"$$HOME"'  # ExecStart expands $VAR
+    assert render.sd_value("$HOME") == '"$HOME"'  # Environment= does not (systemd.exec)
+    assert render.sd_exec('two words "q"') == '"two words \\"q\\""'
+    assert render.sd_value("a\\b c") == '"a\\\\b c"'
+
+
+@pytest.mark.parametrize("bad", ["a\nExecStartPre=/bin/touch /tmp/x", "tab\there", "nul\x00", "nel\x85", "ls\u2028"])
+def test_a_control_character_never_reaches_a_unit(bad):
+    for escape in (render.sd_exec, render.sd_value, render.sd_text):
+        with pytest.raises(ValueError, match="control character"):
+            escape(bad)
 
 
 def test_second_render_changes_nothing_and_stale_units_go(home):

@@ -8,7 +8,9 @@ on the 2-core machine under load).
 The stacks' units are rendered by `radiance render` from a stack file, installed, and their
 ExecStart is swapped by a systemd drop-in for `radiance.testing.fake_vllm` (a FAKE vLLM: three
 real vLLM servers cannot run here): `alpha` and `beta` share port 18080, `gamma` has 18081.
-alpha holds its port 3 s after SIGTERM; gamma never becomes ready.
+alpha holds its port 3 s after SIGTERM and generates a token every 50 ms; gamma never becomes ready.
+Their checkpoints are shape-only (zero weights, a bundled chat template): vllm-switch checks the
+target's launch plan before it stops anything.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ stacks:
     model: alpha-model
     served_name: alpha-model  # what the fake lists; the probe asks for it
     quant: paroquant
+    chat_template: model
     port: 18080
   beta:
     description: test stack sharing alpha's port
@@ -38,6 +41,7 @@ stacks:
     model: beta-model
     served_name: beta-model  # what the fake lists; the probe asks for it
     quant: paroquant
+    chat_template: model
     port: 18080
   gamma:
     description: test stack on its own port, never ready
@@ -45,10 +49,14 @@ stacks:
     model: gamma-model
     served_name: gamma-model  # what the fake lists; the probe asks for it
     quant: paroquant
+    chat_template: model
     port: 18081
 """
 PORTS = {"alpha": 18080, "beta": 18080, "gamma": 18081}
-DEFAULT_VARIANT = {"alpha": "--hold-after-term 3", "beta": "", "gamma": "--never-ready"}
+DEFAULT_VARIANT = {"alpha": "--hold-after-term 3 --token-s 0.05", "beta": "", "gamma": "--never-ready"}
+MODELS = "/root/.cache/radiance/models"
+COMPLETION = ("curl -s -X POST localhost:18080/v1/completions -H 'Content-Type: application/json' "
+              "-d '{{\"model\": \"alpha-model\", \"prompt\": \"1\", \"max_tokens\": {tokens}}}'")
 
 
 class SwitchBox(Box):
@@ -74,6 +82,7 @@ def box(systemd_image, radiance_wheel):
         b = SwitchBox(b.name)
         b.sh(f"/opt/radiance/bin/pip install -q --no-deps --no-index /wheels/{radiance_wheel.name}")
         b.write("/root/.cache/radiance/stacks.yaml", STACKS)
+        b.checkpoints(MODELS, "alpha-model", "beta-model", "gamma-model")
         r = b.sh("radiance render --out /etc/systemd/system --launcher /opt/radiance/bin/radiance-launch")
         assert "wrote  /etc/systemd/system/radiance-alpha.service" in r.stdout
         for stack, variant in DEFAULT_VARIANT.items():
@@ -96,7 +105,7 @@ def test_rendered_units_carry_conflicts_and_timeouts(box):
     assert "After=radiance-alpha.service" in unit  # stop-before-start ordering
     assert "TimeoutStartSec=1860" in unit and "Restart=on-failure" in unit and "KillMode=mixed" in unit
     assert "RestartPreventExitStatus=2" in unit and "StartLimitBurst=3" in unit
-    assert "ExecStartPost=/opt/radiance/bin/radiance probe ready --url http://127.0.0.1:18080" in unit
+    assert "ExecStartPost=+/opt/radiance/bin/radiance probe ready --url http://127.0.0.1:18080" in unit
     assert "Conflicts" not in box.sh("systemctl cat radiance-gamma.service").stdout.split("[Service]")[0]
     box.sh("systemd-analyze verify /etc/systemd/system/radiance-alpha.service")
 
@@ -129,9 +138,11 @@ def test_switch_waits_for_port_and_serves(box):
 
 
 def test_never_ready_times_out_with_journal(box):
-    r = box.switch("gamma --timeout 4")
+    r = box.switch("gamma --timeout 17")
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "not ready within 4s" in r.stdout + r.stderr
+    assert "not ready within 17s" in r.stdout + r.stderr
+    # a long wait says what it waits for (the first progress line comes after 15 s)
+    assert "still waiting for gamma: radiance-gamma.service activating (start-post); last probe: not ready:" in r.stdout
     assert "last journal lines of radiance-gamma.service" in r.stdout
     assert "fake_vllm[gamma-model]" in r.stdout  # the journal tail is the unit's own output
     assert box.active()["gamma"] == "inactive"  # a failed stack does not keep holding the GPUs
@@ -208,9 +219,9 @@ def test_kill_9_mid_switch_converges(box):
 
 
 def test_setup_installs_units_reloads_systemd_and_is_idempotent(box):
-    models = "/root/.cache/radiance/models"
+    models = MODELS
     # well-formed paroquant checkpoints (zero weights): setup checks their structure, then SHA256SUMS
-    box.sh(f"cd {models} && python3 -c 'import sys; from pathlib import Path; "
+    box.sh(f"mkdir -p {models} && cd {models} && python3 -c 'import sys; from pathlib import Path; "
            "from radiance.testing.shape_only import write_zero_checkpoint as w; "
            "[w(Path(m), \"paroquant\") for m in sys.argv[1:]]' alpha-model beta-model gamma-model && "
            f"for m in alpha-model beta-model gamma-model; do (cd {models}/$m && sha256sum config.json > SHA256SUMS); done")
@@ -224,3 +235,64 @@ def test_setup_installs_units_reloads_systemd_and_is_idempotent(box):
     assert box.sh("systemctl show -p LoadState --value radiance-gamma.service").stdout.strip() == "loaded"
     second = box.sh("radiance setup --skip-images", check=False)
     assert second.returncode == 0 and "nothing changed: this host was already set up" in second.stdout, second.stdout
+
+
+def _request(box: Box, tokens: int) -> None:
+    """A completion of `tokens` tokens to alpha (50 ms each), in the background; its answer in /tmp/req.json."""
+    box.sh(f"rm -f /tmp/req.json; ({COMPLETION.format(tokens=tokens)} > /tmp/req.json; echo $? > /tmp/req.rc) "
+           "> /dev/null 2>&1 &")
+    deadline = time.monotonic() + 10
+    running = 'vllm:num_requests_running{engine="0",model_name="alpha-model"} 1'
+    while running not in (m := box.sh("curl -s localhost:18080/metrics").stdout):
+        assert time.monotonic() < deadline, m
+        time.sleep(0.1)
+
+
+def test_a_switch_lets_running_requests_finish_and_says_so(box):
+    assert box.switch("alpha --timeout 30").returncode == 0
+    _request(box, 100)  # 5 s of generation
+    r = box.switch("beta --timeout 30")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "waiting for requests to finish before stopping: alpha: 1 request(s) running, 0 waiting" in r.stdout
+    answer = box.sh("cat /tmp/req.json").stdout
+    assert '"completion_tokens": 100' in answer, f"the request was cut by the switch: {answer!r}"
+
+
+def test_requests_outlasting_the_drain_bound_refuse_the_switch_and_force_does_not_wait(box):
+    assert box.switch("alpha --timeout 30").returncode == 0
+    _request(box, 600)  # 30 s of generation
+    r = box.switch("beta --timeout 30 --drain-timeout 2")
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "alpha still serve requests after 2 s; nothing was stopped" in r.stderr, r.stderr
+    assert box.active()["alpha"] == "active"
+    t = time.monotonic()
+    r = box.switch("beta --timeout 30 --force")
+    assert r.returncode == 0 and "--force: not waiting for requests on alpha" in r.stdout, r.stdout + r.stderr
+    assert time.monotonic() - t < 20
+    assert box.active()["beta"] == "active"
+
+
+def test_a_target_that_cannot_start_is_refused_before_anything_stops(box):
+    assert box.switch("alpha --timeout 30").returncode == 0
+    box.sh(f"mv {MODELS}/beta-model {MODELS}/beta-model.away")
+    try:
+        r = box.switch("beta --timeout 30")
+        assert r.returncode == 4, r.stdout + r.stderr
+        assert f"beta: its launch would fail:" in r.stderr and f"model dir {MODELS}/beta-model does not exist" in r.stderr
+        assert "stopping" not in r.stdout
+        assert box.active()["alpha"] == "active"  # the working stack still serves
+    finally:
+        box.sh(f"mv {MODELS}/beta-model.away {MODELS}/beta-model")
+
+
+def test_switch_records_stay_bounded_and_the_exporter_still_counts_them_all(box):
+    root = "/root/.cache/radiance/state"
+    box.sh(f"rm -rf {root}/switch {root}/switch_totals && python3 -c 'from pathlib import Path; from radiance import "
+           f"state; [state.record_switch(None, \"beta\", \"ok\", 2.0, at=1000.0 + i, root=Path(\"{root}\")) "
+           "for i in range(1000)]'")
+    assert box.switch("alpha --timeout 30").returncode == 0
+    files = int(box.sh(f"ls {root}/switch/*.json | wc -l").stdout)
+    assert files == 200, f"{files} switch records kept"
+    text = box.exporter_metrics(19411, "radiance_switches_total", "--interval 60")
+    counted = sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("radiance_switches_total{"))
+    assert counted == 1001.0, counted

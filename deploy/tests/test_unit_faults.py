@@ -8,6 +8,7 @@ Stacks (rendered by `radiance render`, unchanged except where a test says):
     never   FAKE vLLM that never answers a completion
     badcfg  the real radiance-launch; its model directory does not exist (exit 2)
     crash   the real radiance-launch; its model exists but vLLM does not (this box has none): exit 1
+    quoted  FAKE vLLM; its `env:` values hold every character systemd would otherwise interpret
 
 Drop-ins shorten RestartSec to 1 s and the watchdog to a probe every second, 2 misses: the
 rendered values (15 s, 30 s x 3) would make these tests minutes long; what is tested is the
@@ -58,6 +59,28 @@ stacks:
     quant: paroquant
     chat_template: model
     port: 18183
+  quoted:
+    arch: cpu
+    model: quoted-model
+    served_name: quoted-model
+    quant: paroquant
+    port: 18184
+    env:
+      QUOTED_DOLLAR: 'cost $5 and ${HOME}'
+      QUOTED_PERCENT: '50% of %h'
+      QUOTED_MIX: 'a "b" \\c; d'
+"""
+QUOTED = {"QUOTED_DOLLAR": "cost $5 and ${HOME}", "QUOTED_PERCENT": "50% of %h", "QUOTED_MIX": 'a "b" \\c; d'}
+INJECT = """\
+version: 1
+stacks:
+  inject:
+    arch: cpu
+    model: m
+    quant: paroquant
+    port: 18185
+    env:
+      X: "a\\nExecStartPre=/bin/touch /tmp/pwned"
 """
 FAST_RESTART = "[Service]\nRestartSec=1\n"
 FAST_WATCHDOG = ("[Service]\nExecStart=\nExecStart=/opt/radiance/bin/radiance probe watch --stacks "
@@ -83,6 +106,7 @@ def box(systemd_image, radiance_wheel):
         _fake(b, "ok", 18180, "--load-s 2")
         _fake(b, "twin", 18180, "")
         _fake(b, "never", 18181, "--never-ready")
+        _fake(b, "quoted", 18184, "")
         for stack in ("ok", "crash", "badcfg"):
             b.drop_in(f"radiance-{stack}.service", FAST_RESTART, name="20-fast-restart.conf")
         b.drop_in("radiance-watchdog@.service", FAST_WATCHDOG, name="20-fast.conf")
@@ -145,25 +169,34 @@ def test_watchdog_restarts_a_native_stack_that_stops_answering(box):
                   what="watchdog kill -> restart -> ready")
     assert _ready(box, 18180, "ok-model").startswith("ready:")
     log = box.journal("radiance-watchdog@ok.service")
-    assert "failed 2 ready probes in a row: SIGKILL" in log, log[-2000:]
+    assert "failed 2 health probes in a row: SIGKILL" in log, log[-2000:]
 
 
 def test_exporter_reads_units_from_systemd(box):
     box.sh("systemctl is-active radiance-ok.service || systemctl start radiance-ok.service", timeout=90)
-    box.sh("nohup radiance exporter --port 19410 --interval 0.5 --probe-timeout 3 > /tmp/exporter.log 2>&1 &"
-           " echo $! > /tmp/exporter.pid")
+    text = box.exporter_metrics(19410, 'radiance_up{stack="twin"}', "--interval 0.5 --probe-timeout 3")
+    # ok and twin share port 18180; only ok's unit runs, so only ok is probed and up
+    for line in ('radiance_up{stack="ok"} 1.0', 'radiance_ready{stack="ok"} 1.0', 'radiance_active{stack="ok"} 1.0',
+                 'radiance_up{stack="twin"} 0.0', 'radiance_ready{stack="twin"} 0.0',
+                 'radiance_active{stack="twin"} 0.0'):
+        assert line in text, line
+    info = next(line for line in text.splitlines() if line.startswith('radiance_stack_info{') and 'stack="twin"' in line)
+    assert 'port="18180"' in info and 'unit="radiance-twin.service"' in info and 'runtime="native"' in info
+
+
+def test_stack_file_values_reach_the_unit_exactly_and_a_newline_never(box):
+    box.sh("systemctl start radiance-quoted.service", timeout=60)
     try:
-        deadline, text = time.monotonic() + 60, ""
-        while 'radiance_up{stack="twin"}' not in text:
-            assert time.monotonic() < deadline, box.sh("cat /tmp/exporter.log", check=False).stdout
-            time.sleep(0.5)
-            text = box.sh("curl -s localhost:19410/metrics", check=False).stdout
-        # ok and twin share port 18180; only ok's unit runs, so only ok is probed and up
-        for line in ('radiance_up{stack="ok"} 1.0', 'radiance_ready{stack="ok"} 1.0', 'radiance_active{stack="ok"} 1.0',
-                     'radiance_up{stack="twin"} 0.0', 'radiance_ready{stack="twin"} 0.0',
-                     'radiance_active{stack="twin"} 0.0'):
-            assert line in text, line
-        info = next(line for line in text.splitlines() if line.startswith('radiance_stack_info{') and 'stack="twin"' in line)
-        assert 'port="18180"' in info and 'unit="radiance-twin.service"' in info and 'runtime="native"' in info
+        pid = box.show("radiance-quoted.service", "MainPID")["MainPID"]
+        env = box.sh(f"tr '\\0' '\\n' < /proc/{pid}/environ").stdout.splitlines()
+        for k, v in QUOTED.items():
+            assert f"{k}={v}" in env, (k, [e for e in env if e.startswith(k)])
     finally:
-        box.sh("kill $(cat /tmp/exporter.pid)", check=False)
+        box.sh("systemctl stop radiance-quoted.service", check=False)
+    # A newline in a value would add a unit line run as root: the file is refused, nothing is written.
+    box.write("/root/inject.yaml", INJECT)
+    r = box.sh("radiance render --stacks /root/inject.yaml --out /run/systemd/system "
+               "--launcher /opt/radiance/bin/radiance-launch", check=False)
+    box.sh("systemctl daemon-reload; systemctl start radiance-inject.service", check=False, timeout=60)
+    assert box.sh("test -e /tmp/pwned", check=False).returncode == 1, "the stack file's newline ran as a unit line"
+    assert r.returncode == 2 and "inject.yaml:9: stacks.inject.env.X: contains a control character" in r.stderr, r.stderr

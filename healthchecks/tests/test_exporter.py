@@ -297,3 +297,55 @@ def test_exporter_command_errors_are_one_clear_line(tmp_path, free_port):
         r = subprocess.run([str(radiance), "exporter", "--stacks", str(good), "--port", str(port)],
                            capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in r.stderr, r.stderr
+
+
+def test_parallel_scrapes_of_changing_state_files_all_answer(stacks, tmp_path, free_port):
+    """The real exporter (prometheus_client serves each scrape on its own thread) scraped 32 at a time
+    while switch and launch records come and go: every scrape answers 200 (its state-file cache was
+    shared by the scrape threads without a lock: 'dictionary changed size during iteration', a 500)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    f, _, _ = stacks
+    home = tmp_path / "home"
+    root = home / "state"
+    for i in range(400):
+        state.record_switch(None, "demo", "ok", 1.0 + i % 50, at=1000.0 + i, root=root)
+    port = free_port()
+    radiance = Path(sys.executable).with_name("radiance")
+    proc = subprocess.Popen([str(radiance), "exporter", "--port", str(port), "--stacks", str(f), "--interval", "60"],
+                            env=os.environ | {"RADIANCE_HOME": str(home)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    stop = threading.Event()
+
+    def churn():  # new files (new inodes: parsed again) and removed ones (forgotten by the cache)
+        i = 0
+        while not stop.is_set():
+            p = state.record_switch(None, "paro", "timeout", 2.0, at=5000.0 + i, root=root)
+            state.record_launch(f"s{i % 7}", mode="prod", phases={"resolve": 0.1}, kernel_builds=0, kernel_cache_hits=0,
+                                cache_key="k", radiance_version="0", vllm_version="0", model="m", root=root)
+            if i % 2:
+                p.unlink()
+            i += 1
+
+    def scrape(_):
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=60).status_code
+        except httpx.HTTPError as e:
+            return type(e).__name__
+
+    try:
+        deadline = time.monotonic() + 60
+        while scrape(0) != 200:
+            assert proc.poll() is None and time.monotonic() < deadline, "the exporter did not come up"
+            time.sleep(0.2)
+        writer = threading.Thread(target=churn, daemon=True)
+        writer.start()
+        with ThreadPoolExecutor(32) as pool:
+            codes = list(pool.map(scrape, range(400)))
+    finally:
+        stop.set()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+    bad = [c for c in codes if c != 200]
+    assert not bad, f"{len(bad)} of {len(codes)} parallel scrapes failed: {sorted(set(map(str, bad)))}"

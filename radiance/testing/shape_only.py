@@ -43,10 +43,14 @@ def layer_shapes(quant: str, hidden: int, q: int, kv: int, inter: int, layer: in
     return out
 
 
-def write_zero_checkpoint(d: Path, quant: str, hidden: int = 256, inter: int = 512, krot: int = 8) -> Path:
+def write_zero_checkpoint(d: Path, quant: str, hidden: int = 256, inter: int = 512, krot: int = 8,
+                          chat_template: str | None = None) -> Path:
     """A one-layer Qwen2 checkpoint in `quant`'s format whose weights are all zero bytes: complete and
-    well-formed for what checks a checkpoint without loading it (`radiance setup`), useless to run."""
+    well-formed for what checks a checkpoint without loading it (`radiance setup`, the launch plan
+    vllm-switch checks before it stops anything), useless to run. `chat_template`: its bundled template."""
     d.mkdir(parents=True, exist_ok=True)
+    if chat_template is not None:
+        (d / "chat_template.jinja").write_text(chat_template)
     config = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": hidden,
               "intermediate_size": inter, "num_hidden_layers": 1, "num_attention_heads": hidden // 128,
               "num_key_value_heads": 1}

@@ -1,5 +1,8 @@
 """The stack-file schema: the example file loads; bad files say file, line, key and what is allowed."""
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -110,3 +113,74 @@ def test_missing_and_empty_files(tmp_path):
     (tmp_path / "e.yaml").write_text("")
     with pytest.raises(StackFileError, match="the file is empty"):
         load_stacks(tmp_path / "e.yaml")
+
+
+@pytest.mark.parametrize("extra, where", [
+    ('    env:\n      X: "a\\nExecStartPre=/bin/touch /tmp/pwned"\n', "s.yaml:9: stacks.x.env.X"),
+    ('    chat_template: "t.jinja\\nExecStartPre=/bin/touch /tmp/pwned"\n', "s.yaml:8: stacks.x.chat_template"),
+    ('    description: "tab\\there"\n', "s.yaml:8: stacks.x.description"),
+    ('    extra_args: ["--x", "a\\rb"]\n', "s.yaml:8: stacks.x.extra_args.1"),
+    ('    api_key_file: "k\\x00"\n', "s.yaml:8: stacks.x.api_key_file"),
+    ('    prod:\n      env:\n        Y: "\\u2028"\n', "s.yaml:10: stacks.x.prod.env.Y"),
+])
+def test_a_control_character_in_any_string_is_refused_at_its_line(extra, where):
+    msg = _err(GOOD + extra)
+    assert msg.startswith(where) and "contains a control character" in msg, msg
+
+
+@pytest.mark.parametrize("field, value, why", [
+    ("image", "'--privileged x'", "is not an image reference"),
+    ("image", "'localhost/x:latest --privileged'", "is not an image reference"),
+    ("container", "'-x'", "is not a podman container name"),
+    ("container", "'a b'", "is not a podman container name"),
+    ("host", "'127.0.0.1 --privileged'", "is not an IP address"),
+    ("host", "localhost", "is not an IP address"),
+    ("served_name", "'two words'", "is no served model name"),
+    ("served_name", '"demo\\nExecStartPre=/bin/touch /tmp/pwned"', "is no served model name"),
+])
+def test_names_images_and_hosts_are_held_to_their_pattern(field, value, why):
+    base = GOOD + ("    runtime: podman\n" if field in ("image", "container") else "")
+    if field == "container":
+        base += "    image: localhost/radiance-cpu:latest\n"
+    msg = _err(base + f"    {field}: {value}\n")
+    assert f"stacks.x.{field}: " in msg and why in msg, msg
+
+
+def test_valid_names_images_and_hosts_load():
+    sf = parse_stacks(GOOD + "    runtime: podman\n    image: docker.io/vllm/vllm-openai-rocm:v0.31.0\n"
+                      "    container: qwen_vllm.paro-1\n    host: '::'\n    served_name: Qwen/Qwen3.8-27B@int4+r\n",
+                      Path("s.yaml"))
+    x = sf.get("x")
+    assert (x.image, x.container, x.host, x.served_name) == (
+        "docker.io/vllm/vllm-openai-rocm:v0.31.0", "qwen_vllm.paro-1", "::", "Qwen/Qwen3.8-27B@int4+r")
+
+
+def test_a_podman_stacks_mounted_paths_hold_no_colon_or_comma():
+    msg = _err(GOOD + "    runtime: podman\n    image: localhost/x:1\n    cache_dir: 'a:b'\n")
+    assert "cache_dir 'a:b': a podman stack's paths are bind mounts" in msg
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path):
+    """~500 bytes of nested aliases expand to 9^9 nodes: the real CLI refuses the file in a second
+    instead of walking it for hours."""
+    levels = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    for prev, name in zip("abcdefgh", "bcdefghi"):
+        levels.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    bomb = "version: 1\n" + "\n".join(levels) + "\nstacks: {x: {arch: cpu, model: m, quant: paroquant, port: 1, env: {A: *i}}}\n"
+    assert len(bomb) < 600
+    f = tmp_path / "bomb.yaml"
+    f.write_text(bomb)
+    exe = Path(sys.executable).with_name("radiance")
+    t = time.monotonic()
+    r = subprocess.run([str(exe), "render", "--stacks", str(f), "--out", str(tmp_path / "units")], capture_output=True,
+                       text=True, timeout=60)
+    assert time.monotonic() - t < 30
+    assert r.returncode == 2 and "expands to more than 50000 YAML nodes" in r.stderr, r.stderr
+    assert not (tmp_path / "units").exists()
+
+
+def test_shared_anchors_still_load():
+    text = ("version: 1\nstacks:\n  x:\n    arch: cpu\n    model: m\n    quant: paroquant\n    port: 1\n"
+            "    env: &shared {VLLM_CPU_KVCACHE_SPACE: 2}\n  y:\n    arch: cpu\n    model: m\n    quant: paroquant\n"
+            "    port: 2\n    env: *shared\n")
+    assert parse_stacks(text, Path("s.yaml")).get("y").env == {"VLLM_CPU_KVCACHE_SPACE": "2"}
