@@ -1,5 +1,7 @@
 """The per-layer ops on CPU: the folded fast path (kernels/cpu_folded.py), or the exact reference
-bit for bit (RADIANCE_CPU_WEIGHTS=fp32 / int8; kernels/tests/test_ops.py checks the equality)."""
+bit for bit (RADIANCE_CPU_WEIGHTS=fp32 / int8; kernels/tests/test_ops.py checks the equality).
+The methods' "cpu" entries (kernels/methods/) name these: paroquant_mxfp4 runs paroquant's forward,
+the same rotations before a dequantized weight."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ def _cpu_weights() -> str:
     return value
 
 
-def _paroquant_cpu_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
+def paroquant_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
     mode = _cpu_weights()
     if mode in ("folded", "int4"):
         return (cpu_folded.prepare_paroquant if mode == "folded" else cpu_folded.prepare_rotated)(prep, t)
@@ -36,7 +38,7 @@ def _paroquant_cpu_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
         del prep.data["qz"], prep.data["s"]
 
 
-def _mxfp4_cpu_prepare(prep: PreparedLinear, t: Mxfp4Tensors) -> None:
+def mxfp4_prepare(prep: PreparedLinear, t: Mxfp4Tensors) -> None:
     if _cpu_weights() in ("folded", "int4"):
         return cpu_folded.prepare_mxfp4(prep, t)
     # exact: the fp32 dequantized weight (int8 too: e2m1 x e8m0 has no integer form to rebuild from)
@@ -67,7 +69,7 @@ def _paroquant_gemm_cpu(
     return torch.cat(parts, dim=1).to(out_dtype)
 
 
-def _paroquant_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def paroquant_forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     if prep.run_gemms:
         return cpu_folded.rotated_linear(prep, x, bias)
     if "qz" not in prep.data and "w" not in prep.data:
@@ -75,7 +77,7 @@ def _paroquant_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | N
     return _paroquant_gemm_cpu(prep, rotate_all(prep, x), bias, x.dtype)
 
 
-def _pq2_cpu_prepare(prep: PreparedLinear, t: Pq2Tensors) -> None:
+def pq2_prepare(prep: PreparedLinear, t: Pq2Tensors) -> None:
     if _cpu_weights() in ("folded", "int4"):  # ternary codes take no int4 GEMM: int4 runs folded too
         return cpu_folded.prepare_pq2(prep, t)
     n, groups = (int(s) for s in t.scales.shape)
@@ -84,7 +86,7 @@ def _pq2_cpu_prepare(prep: PreparedLinear, t: Pq2Tensors) -> None:
     prep.data["d"] = t.scales.to(torch.float32)
 
 
-def _pq2_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None, chunk_rows: int = 256) -> torch.Tensor:
+def pq2_forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None, chunk_rows: int = 256) -> torch.Tensor:
     if "codes" not in prep.data:
         return cpu_folded.pq2_linear(prep, x, bias)
     # reference.pq2_linear(act_quant=True) with the unpacked codes cached (same ops, same order)
@@ -103,17 +105,11 @@ def _pq2_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None, c
     return y.to(x.dtype)
 
 
-def _dense_cpu_prepare(prep: PreparedLinear, weight: torch.Tensor) -> None:
+def dense_prepare(prep: PreparedLinear, weight: torch.Tensor) -> None:
     prep.data[cpu_folded.DENSE] = weight
 
 
-def _dense_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def dense_forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     if prep.gemm is not None:  # vLLM's own CPU GEMM, handed over by the plugin
         return prep.gemm(x, bias)
     return torch.nn.functional.linear(x, prep.data[cpu_folded.DENSE], bias)
-
-
-# method -> (prepare, forward) on CPU; paroquant_mxfp4 runs paroquant's forward: the same rotations
-# before a dequantized weight
-CPU = {"paroquant": (_paroquant_cpu_prepare, _paroquant_cpu), "paroquant_mxfp4": (_mxfp4_cpu_prepare, _paroquant_cpu),
-       "pq2": (_pq2_cpu_prepare, _pq2_cpu), "dense": (_dense_cpu_prepare, _dense_cpu)}

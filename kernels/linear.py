@@ -17,10 +17,12 @@ import torch
 
 from radiance.kernels import reference
 from radiance.kernels.formats.paroquant import GROUP_SIZE
+from radiance.kernels.methods.spec import GPU_ROTATIONS as MAX_ROTATIONS
 
 
+# the checkpoint dtypes kernels/methods names (safetensors' spelling) as torch's
+DTYPES = {"I32": torch.int32, "I16": torch.int16, "U8": torch.uint8, "F16": torch.float16, "BF16": torch.bfloat16}
 NO_COLUMN = 1 << 30  # kernel_bounds' padding: a rotated copy that no column reads
-MAX_ROTATIONS = 3  # the GPU GEMMs pick a column's rotated copy by two boundaries
 
 
 @dataclass(eq=False)

@@ -7,8 +7,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
+
 NO_GPU = 3  # the warm-up process's exit status when it sees no CUDA device
-ROTATED_METHODS = ("paroquant", "paroquant_mxfp4")  # activations rotated per distinct copy before the GEMM
 
 
 @dataclass(frozen=True)
@@ -16,7 +16,7 @@ class LinearSpec:
     """What decides which kernels a linear runs: method, output columns per distinct rotation
     (paroquant; one entry otherwise), input features, bias, activation dtype."""
 
-    method: str  # paroquant | paroquant_mxfp4 | pq2 | dense
+    method: str  # kernels/methods: METHODS
     sizes: tuple[int, ...]
     k: int
     bias: bool

@@ -36,14 +36,14 @@ import torch
 import triton
 
 from radiance.kernels import gpu, registry
-from radiance.kernels.linear import MAX_ROTATIONS, Rotation, Run, kernel_bounds, single_run
+from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
+from radiance.kernels.linear import PreparedLinear, Rotation, Run, kernel_bounds, single_run
 from radiance.kernels.paro_table import SMEM_LIMIT, smem_limit  # noqa: F401 -- the cards' limits, one home
 from radiance.kernels.paro_table import fit_tile as paro_fit_tile
 from radiance.kernels.registry import ROWS_MAX, KernelSpec, Target
 from radiance.kernels.triton import interpreting, mxfp4_gemm, paro_producers, paro_rotate
 from radiance.knobs import knob_int
 
-MAX_PARTS = MAX_ROTATIONS  # plugin.params reads it: the rotations one GEMM takes
 BOUND_ALIGN = 128  # partition boundaries: multiples of this (an n-block must not straddle two rotations)
 MID_MAX_M = 512  # sm_90 prefill rows up to this take the swept mid-band tiles (prefill_tile)
 WIDE_N = 8192  # ... 64 x 128 on layers at least this wide, 128 x 256 below
@@ -273,3 +273,17 @@ def forward_produced(layer: Mxfp4Layer, producer, bias: torch.Tensor | None = No
     a, s = _formatted(layer, producer.rotated)
     return gemm_rotated(layer, a, s, producer.dtype, tile_for(layer, producer.rows),
                         layer.bias if bias is None else bias)
+
+
+# ----------------------------------------------------------------------------- the ("paroquant_mxfp4", "cuda")
+# entry of kernels/methods/paroquant_mxfp4.py: a PreparedLinear's payload is this module's Mxfp4Layer
+def prepare_linear(prep: PreparedLinear, t: Mxfp4Tensors) -> None:
+    prep.data["mxfp4"] = prepare(t.weight, t.weight_scale, prep.rotations, prep.runs)  # type: ignore[assignment]
+
+
+def forward_linear(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return forward(prep.data["mxfp4"], x, bias=bias)  # type: ignore[arg-type]
+
+
+def produced_linear(prep: PreparedLinear, producer, bias: torch.Tensor | None) -> torch.Tensor:
+    return forward_produced(prep.data["mxfp4"], producer, bias=bias)  # type: ignore[arg-type]

@@ -19,12 +19,11 @@ from radiance.kernels.paro_table import (  # noqa: F401 -- the table's names, re
     launches_dependent, prefill_tile, prologue_mode, scratch_piece_rows, smem_bytes, smem_limit, stream_tile,
     use_int8)
 from radiance.kernels import gpu, registry
-from radiance.kernels.linear import MAX_ROTATIONS, Rotation, Run, kernel_bounds, single_run
+from radiance.kernels.formats.paroquant import ParoTensors
+from radiance.kernels.linear import PreparedLinear, Rotation, Run, kernel_bounds, single_run
 from radiance.kernels.pdl import enabled as pdl_enabled
 from radiance.kernels.triton import interpreting, paro_gemm, paro_producers, paro_rotate, paro_scratch
 from radiance.knobs import knob_int
-
-MAX_PARTS = MAX_ROTATIONS  # plugin.params reads it: the rotations one GEMM takes
 
 
 @dataclass
@@ -199,3 +198,17 @@ def _gemm_after(layer: ParoLayer, m: int, dtype: torch.dtype, prologue, bias: to
     dep = layer.pdl and launches_dependent(t)
     a, s, rs = prologue(layer.tables, prologue_mode(t.kind, layer.i8), dep)
     return gemm_rotated(layer, a, s, rs, dtype, t, bias, pdl=dep)
+
+
+# ----------------------------------------------------------------------------- the ("paroquant", "cuda") entry
+# of kernels/methods/paroquant.py: a PreparedLinear's payload is this module's ParoLayer
+def prepare_linear(prep: PreparedLinear, t: ParoTensors) -> None:
+    prep.data["paro"] = prepare([t.qweight], [t.qzeros], [t.scales], prep.rotations, prep.runs)  # type: ignore[assignment]
+
+
+def forward_linear(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return forward(prep.data["paro"], x, bias=bias)  # type: ignore[arg-type]
+
+
+def produced_linear(prep: PreparedLinear, producer, bias: torch.Tensor | None) -> torch.Tensor:
+    return forward_produced(prep.data["paro"], producer, bias=bias)  # type: ignore[arg-type]

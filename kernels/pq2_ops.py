@@ -19,7 +19,9 @@ import triton
 
 from radiance.kernels import gpu, registry
 from radiance.kernels import pq2_table as table
+from radiance.kernels.formats.pq2 import Pq2Tensors
 from radiance.kernels.launch import INTERPRET, Launch
+from radiance.kernels.linear import PreparedLinear
 from radiance.kernels.pdl import enabled as pdl_enabled
 from radiance.kernels.pq2_prefill import run_gluon_wgmma, run_gluon_ws
 from radiance.kernels.producers import AddRmsNorm, Producer, SiluMul
@@ -37,6 +39,7 @@ QUANT_GB = 4  # groups per quantization program
 # once per group and rotated copy); on the H200 the norm and the silu-mul producer each beat the
 # unfused op + quantizer at M = 1, 4 and 16 (bench/bench_producers.py --sites), unmeasured above
 PRODUCER_MAX_M = 16
+FUSED_MAX_M = {"norm": PRODUCER_MAX_M, "silu_mul": PRODUCER_MAX_M}  # per producer kind (both fused alike)
 REDUCE_BLOCK = 1024
 
 
@@ -355,3 +358,28 @@ def dense_linear(x: torch.Tensor, weight: torch.Tensor, plan: registry.Plan, bia
     if plan.spec(x.shape[0]).kernel == "skinny":
         return skinny_linear(x, weight, bias)
     return torch.nn.functional.linear(x, weight, bias)
+
+
+# ----------------------------------------------------------------------------- the ("pq2", "cuda") and
+# ("dense", "cuda") entries of kernels/methods/: a PreparedLinear's payload is a Pq2Layer / the weight and its plan
+def prepare_linear(prep: PreparedLinear, t: Pq2Tensors) -> None:
+    prep.data["pq2"] = prepare(t.qweight, t.scales)  # type: ignore[assignment]
+
+
+def forward_linear(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    y = forward(prep.data["pq2"], x)  # type: ignore[arg-type]
+    return y if bias is None else y + bias.to(y.dtype)
+
+
+def produced_linear(prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None) -> torch.Tensor:
+    y = forward_produced(prep.data["pq2"], producer)  # type: ignore[arg-type]
+    return y if bias is None else y + bias.to(y.dtype)
+
+
+def dense_prepare(prep: PreparedLinear, weight: torch.Tensor) -> None:
+    prep.data["w"] = weight.contiguous()
+    prep.data["kernels"] = dense_plan(weight)  # type: ignore[assignment]
+
+
+def dense_forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return dense_linear(x, prep.data["w"], prep.data["kernels"], bias)  # type: ignore[arg-type]

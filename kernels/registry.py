@@ -96,7 +96,12 @@ def disabled() -> set[str]:
     raw = knob("RADIANCE_DISABLED_KERNELS") or ""
     names = {n.strip() for n in raw.split(",") if n.strip()}
     if names - set(ALL):  # a name of a registry not imported yet is still a name
-        from radiance.kernels import mxfp4_ops, paro_table, pq2_table  # noqa: F401 -- they register
+        from radiance.kernels import methods
+
+        for spec in methods.METHODS.values():
+            for entry in spec.platforms.values():
+                if entry.kernels:
+                    methods.resolve(entry.kernels)  # importing a registry registers its names
     unknown = names - set(ALL)
     if unknown:
         raise ValueError(f"RADIANCE_DISABLED_KERNELS names {', '.join(sorted(unknown))}, which no registry has; "

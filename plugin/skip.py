@@ -91,7 +91,7 @@ class SkinnyUnquantizedLinearMethod(UnquantizedLinearMethod):
         custom_op.declare(layer, self.prefix, sum(output_partition_sizes))
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
-        prep = ops.prepare_dense(layer.weight.data)
+        prep = ops.prepare("dense", {"weight": layer.weight.data})
         if cpu_gemm.use_vllm_gemm(layer, prep) is not None:
             # vLLM's GEMM holds what it needs (a packed copy, or this weight): as vLLM's own
             # unquantized method, the parameter keeps nothing more

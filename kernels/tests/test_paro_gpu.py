@@ -316,9 +316,7 @@ def test_ops_plan_with_bias(gen):
     from radiance.testing import paro_random as rnd
 
     parts = _layers([1024, 256, 256], 2048, gen)
-    prep = ops.prepare_paroquant(torch.cat([t.qweight for t in parts], 1), torch.cat([t.qzeros for t in parts], 1),
-                                 torch.cat([t.scales for t in parts], 1), [rnd.rotation_of(t) for t in parts],
-                                 [1024, 256, 256])
+    prep = ops.prepare_parts("paroquant", parts)
     bias = torch.randn(1536, device="cuda", dtype=torch.bfloat16)
     for m in (1, 4, 100):  # mma_gl (M = 1, 4), the scratch path: each adds the bias before its one rounding
         x = torch.randn(m, 2048, device="cuda", dtype=torch.bfloat16)

