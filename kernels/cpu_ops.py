@@ -12,19 +12,10 @@ from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors, unpack_a
 from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
 from radiance.kernels.formats.pq2 import Pq2Tensors, unpack_ternary
 from radiance.kernels.linear import PreparedLinear, check_partitions, rotate_all
-from radiance.knobs import knob
-
-
-def _cpu_weights() -> str:
-    value = knob("RADIANCE_CPU_WEIGHTS")
-    if value not in ("folded", "int4", "fp32", "int8"):
-        raise ValueError(f"RADIANCE_CPU_WEIGHTS={value!r}: use folded (one GEMM per linear, the fast path), int4 "
-                         "(4x smaller weights, vLLM's int4 GEMM), or the exact reference's fp32 or int8")
-    return value
 
 
 def paroquant_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
-    mode = _cpu_weights()
+    mode = prep.config.cpu_weights
     if mode in ("folded", "int4"):
         return (cpu_folded.prepare_paroquant if mode == "folded" else cpu_folded.prepare_rotated)(prep, t)
     # (q - z) as int8 [N, K] and fp32 scales. RADIANCE_CPU_WEIGHTS=fp32 builds the dequantized
@@ -33,13 +24,13 @@ def paroquant_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
     z = unpack_awq(t.qzeros).to(torch.int16).repeat_interleave(GROUP_SIZE, dim=0)
     prep.data["qz"] = (q - z).to(torch.int8).t().contiguous()
     prep.data["s"] = t.scales.to(torch.float32).t().contiguous()  # [N, G]
-    if _cpu_weights() == "fp32":
+    if mode == "fp32":
         prep.data["w"] = _paroquant_weight_cpu(prep, 0, prep.out_features)
         del prep.data["qz"], prep.data["s"]
 
 
 def mxfp4_prepare(prep: PreparedLinear, t: Mxfp4Tensors) -> None:
-    if _cpu_weights() in ("folded", "int4"):
+    if prep.config.cpu_weights in ("folded", "int4"):
         return cpu_folded.prepare_mxfp4(prep, t)
     # exact: the fp32 dequantized weight (int8 too: e2m1 x e8m0 has no integer form to rebuild from)
     prep.data["w"] = reference.dequant_mxfp4(t.weight, t.weight_scale)
@@ -78,11 +69,11 @@ def paroquant_forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor 
 
 
 def pq2_prepare(prep: PreparedLinear, t: Pq2Tensors) -> None:
-    if _cpu_weights() in ("folded", "int4"):  # ternary codes take no int4 GEMM: int4 runs folded too
+    if prep.config.cpu_weights in ("folded", "int4"):  # ternary codes take no int4 GEMM: int4 runs folded too
         return cpu_folded.prepare_pq2(prep, t)
     n, groups = (int(s) for s in t.scales.shape)
     codes = unpack_ternary(t.qweight).view(n, groups, GROUP_SIZE)  # uint8 0..2
-    prep.data["codes"] = codes.to(torch.float32) if _cpu_weights() == "fp32" else codes
+    prep.data["codes"] = codes.to(torch.float32) if prep.config.cpu_weights == "fp32" else codes
     prep.data["d"] = t.scales.to(torch.float32)
 
 

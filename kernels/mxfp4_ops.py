@@ -36,13 +36,13 @@ import torch
 import triton
 
 from radiance.kernels import gpu, registry
+from radiance.kernels.config import KernelConfig, needs_card
 from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
 from radiance.kernels.linear import PreparedLinear, Rotation, Run, kernel_bounds, single_run
 from radiance.kernels.paro_table import SMEM_LIMIT, smem_limit  # noqa: F401 -- the cards' limits, one home
 from radiance.kernels.paro_table import fit_tile as paro_fit_tile
 from radiance.kernels.registry import ROWS_MAX, KernelSpec, Target
-from radiance.kernels.triton import interpreting, mxfp4_gemm, paro_producers, paro_rotate
-from radiance.knobs import knob_int
+from radiance.kernels.triton import mxfp4_gemm, paro_producers, paro_rotate
 
 BOUND_ALIGN = 128  # partition boundaries: multiples of this (an n-block must not straddle two rotations)
 MID_MAX_M = 512  # sm_90 prefill rows up to this take the swept mid-band tiles (prefill_tile)
@@ -166,31 +166,31 @@ def _split_partials(layer: "Mxfp4Layer") -> int:
         m = m + 1 if m <= layer.decode_max_m else triton.cdiv(m + 1, t.bm) * t.bm  # each row-block count's largest M
 
 
-def use_fp8(cap: tuple[int, int]) -> bool:
+def use_fp8(cap: tuple[int, int], config: KernelConfig) -> bool:
     """RADIANCE_MXFP4_FP8: W4A8 (fp8 activations) instead of W4A16, on cards with fp8 tensor-core dots."""
-    return gpu.cap_switch("RADIANCE_MXFP4_FP8", cap, (8, 9), "fp8 tensor-core dots", "W4A16")
+    return needs_card("RADIANCE_MXFP4_FP8", config.mxfp4_fp8, cap, (8, 9), "fp8 tensor-core dots", "W4A16")
 
 
 def prepare(weight: torch.Tensor, weight_scale: torch.Tensor, rotations: list[Rotation], runs: list[Run] | None = None,
             bias: torch.Tensor | None = None, cap: tuple[int, int] | None = None, fp8: bool | None = None,
-            per_block: bool | None = None) -> Mxfp4Layer:
+            per_block: bool | None = None, config: KernelConfig | None = None) -> Mxfp4Layer:
     """Checkpoint tensors of one linear: weight [N, K/2] u8 / weight_scale [N, K/32] u8 (the
     partitions concatenated along N), its distinct rotations and their runs of output columns
     (kernels/linear.py; default: one rotation over every column; boundaries multiples of
     BOUND_ALIGN). cap: the GPU capability the tiles are chosen for (default: the device's). fp8:
     W4A8 (sm_89+; None: RADIANCE_MXFP4_FP8). per_block: force (True) or refuse (False) the per-block e8m0 scaling; None picks
-    the fold wherever it is exact (mxfp4_gemm)."""
+    the fold wherever it is exact (mxfp4_gemm). `config`: the knobs (default: as the environment sets them now)."""
+    config = config or KernelConfig.from_knobs()
     device = weight.device
     dcap, sms = gpu.tile_target(device)
     cap = cap or dcap
-    fp8 = use_fp8(cap) if fp8 is None else fp8
+    fp8 = use_fp8(cap, config) if fp8 is None else fp8
     if fp8 and cap < (8, 9):
         raise ValueError(f"mxfp4 W4A8 needs fp8 tensor-core dots (sm_89+); this GPU is sm_{cap[0]}{cap[1]}")
     n, k = int(weight.shape[0]), int(weight.shape[1]) * 2
     bounds = kernel_bounds("mxfp4", runs or single_run(n), rotations, n, k, BOUND_ALIGN)
     wb, ex, rsc, pb = mxfp4_gemm.repack(weight, weight_scale, fp8, per_block)
-    target = Target("paroquant_mxfp4", "cuda", n, k, cap, interpret=interpreting(),
-                    decode_max_m=knob_int("RADIANCE_PQ_DECODE_MAX_M"))
+    target = Target.of("paroquant_mxfp4", "cuda", n, k, config, cap)
     layer = Mxfp4Layer(wb=wb.to(device), ex=ex.to(device), rsc=rsc.to(device), tables=paro_rotate.build_tables(rotations, device),
                        bounds=bounds, n=n, k=k, cap=cap, sms=sms, decode_max_m=target.decode_max_m,
                        kernels=registry.choose(KERNELS, target), per_block=pb, fp8=fp8, bias=bias)
@@ -278,7 +278,8 @@ def forward_produced(layer: Mxfp4Layer, producer, bias: torch.Tensor | None = No
 # ----------------------------------------------------------------------------- the ("paroquant_mxfp4", "cuda")
 # entry of kernels/methods/paroquant_mxfp4.py: a PreparedLinear's payload is this module's Mxfp4Layer
 def prepare_linear(prep: PreparedLinear, t: Mxfp4Tensors) -> None:
-    prep.data["mxfp4"] = prepare(t.weight, t.weight_scale, prep.rotations, prep.runs)  # type: ignore[assignment]
+    prep.data["mxfp4"] = prepare(t.weight, t.weight_scale, prep.rotations, prep.runs,  # type: ignore[assignment]
+                                 config=prep.config)
 
 
 def forward_linear(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from radiance.kernels import methods
+from radiance.kernels.config import KernelConfig
 from radiance.kernels.linear import (  # noqa: F401 -- re-exported: callers say ops.PreparedLinear
     KernelFn, PreparedLinear, Rotation, Run, check_partitions, dedup_rotations, platform_of, rotate_all)
 from radiance.kernels.methods import resolve
@@ -54,13 +55,16 @@ def unfused(prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None)
 
 
 def prepare(method: str, weights: dict[str, torch.Tensor], rotations: list[Rotation] | None = None,
-            partition_sizes: list[int] | None = None, platform: str | None = None) -> PreparedLinear:
+            partition_sizes: list[int] | None = None, platform: str | None = None,
+            config: KernelConfig | None = None) -> PreparedLinear:
     """One linear's checkpoint tensors (`weights`: the method's tensors other than the rotation's,
     concatenated along N over the partitions) -> the prepared layer. A rotated method takes one
     Rotation and one size (vLLM's output partition sizes) per partition; identical adjacent
     rotations are merged. `platform`: the tensors' device's unless given (the offline compile check
-    prepares CPU tensors for a GPU)."""
+    prepares CPU tensors for a GPU). `config`: the knobs, resolved once at load (default: as the
+    environment sets them now); the layer keeps it."""
     spec = methods.get(method)
+    config = config or KernelConfig.from_knobs()
     missing = set(spec.weights) - set(weights)
     if missing:
         raise ValueError(f"radiance {method}: missing tensors {sorted(missing)} (it takes {list(spec.weights)})")
@@ -70,19 +74,20 @@ def prepare(method: str, weights: dict[str, torch.Tensor], rotations: list[Rotat
     entry = spec.platform(platform)  # a platform without this method's kernels fails here, naming both
     if spec.rotated:
         distinct, runs = dedup_rotations(rotations or [], partition_sizes or [])
-        prep = PreparedLinear(method, platform, k, n, rotations=distinct, runs=runs)
+        prep = PreparedLinear(method, platform, k, n, rotations=distinct, runs=runs, config=config)
         first = distinct[0]  # the format's rotation fields: partition 0's (the distinct ones are prep.rotations)
         tensors = resolve(spec.tensor_set)(**weights, pairs=first.pairs, theta=first.theta,
                                            channel_scales=first.channel_scales)
     else:
-        prep = PreparedLinear(method, platform, k, n, runs=[Run(0, n, -1)])
+        prep = PreparedLinear(method, platform, k, n, runs=[Run(0, n, -1)], config=config)
         tensors = resolve(spec.tensor_set)(**weights) if spec.tensor_set else codes
     prep.forward = resolve(entry.forward)
     resolve(entry.prepare)(prep, tensors)
     return prep
 
 
-def prepare_parts(method: str, parts: list, platform: str | None = None) -> PreparedLinear:
+def prepare_parts(method: str, parts: list, platform: str | None = None,
+                  config: KernelConfig | None = None) -> PreparedLinear:
     """A merged linear from its partitions' tensor sets (kernels/formats; a dense method's: its
     weights): the weights concatenated along N, one rotation per partition (tests, benchmarks)."""
     spec = methods.get(method)
@@ -92,4 +97,4 @@ def prepare_parts(method: str, parts: list, platform: str | None = None) -> Prep
 
     weights = {name: torch.cat([field(p, name) for p in parts], t.n_dim) for name, t in spec.weights.items()}
     sizes = [spec.nk(tuple(field(p, spec.codes).shape))[0] for p in parts]
-    return prepare(method, weights, [Rotation.of(p) for p in parts] if spec.rotated else None, sizes, platform)
+    return prepare(method, weights, [Rotation.of(p) for p in parts] if spec.rotated else None, sizes, platform, config)

@@ -16,14 +16,13 @@ import torch
 from radiance.kernels.formats.paroquant import GROUP_SIZE
 from radiance.kernels.paro_table import (  # noqa: F401 -- the table's names, re-exported: callers say ops.Tile
     KERNELS, TURING_GEMV_MAX_M, W4A16_ONLY, WGMMA_BT128_MAX_M, WGMMA_MAX_M, Tile, decode_tile, fit_tile,
-    launches_dependent, prefill_tile, prologue_mode, scratch_piece_rows, smem_bytes, smem_limit, stream_tile,
-    use_int8)
+    launches_dependent, prefill_tile, prologue_mode, smem_bytes, smem_limit, stream_tile, use_int8)
 from radiance.kernels import gpu, registry
+from radiance.kernels.config import KernelConfig
 from radiance.kernels.formats.paroquant import ParoTensors
 from radiance.kernels.linear import PreparedLinear, Rotation, Run, kernel_bounds, single_run
 from radiance.kernels.pdl import enabled as pdl_enabled
-from radiance.kernels.triton import interpreting, paro_gemm, paro_producers, paro_rotate, paro_scratch
-from radiance.knobs import knob_int
+from radiance.kernels.triton import paro_gemm, paro_producers, paro_rotate, paro_scratch
 
 
 @dataclass
@@ -64,32 +63,34 @@ class ParoLayer(paro_rotate.RotatedLayer):
     sc: torch.Tensor  # [G, N] f16
     d: torch.Tensor  # [G, N] int8 (zero point - 8)
     i8: bool
-    scratch_rows: int = 0  # scratch path: weight rows dequantized per piece, 0 = all at once (scratch_piece_rows)
+    scratch_rows: int = 0  # scratch path: weight rows dequantized per piece, 0 = all at once (RADIANCE_PQ_SCRATCH_ROWS)
     pdl: bool = False  # decode GEMMs may launch dependent on their prologue (kernels/pdl.py; the table says which)
 
 
 def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: list[torch.Tensor],
             rotations: list[Rotation], runs: list[Run] | None = None,
-            bias: torch.Tensor | None = None, cap: tuple[int, int] | None = None, only: str | None = None) -> ParoLayer:
+            bias: torch.Tensor | None = None, cap: tuple[int, int] | None = None, only: str | None = None,
+            config: KernelConfig | None = None) -> ParoLayer:
     """Checkpoint tensors of one linear (lists: one entry per weight piece, concatenated along N),
     its distinct rotations and their runs of output columns (kernels/linear.py; default: one
     rotation over every column). `only`: plan that kernel (e.g. "paroquant.deqt") on every row it
-    takes (benchmarks, tests)."""
+    takes (benchmarks, tests). `config`: the knobs (default: as the environment sets them now)."""
+    config = config or KernelConfig.from_knobs()
     device = qweights[0].device
     dcap, sms = gpu.tile_target(device)
     on_gpu = gpu.capability(device) is not None
     cap = cap or dcap
-    i8 = use_int8(cap)
+    i8 = use_int8(cap, config)
     wb, sc, d = paro_gemm.repack(qweights, qzeros, scales)
     g, n, _ = wb.shape
     k = g * GROUP_SIZE
     bounds = kernel_bounds("paroquant", runs or single_run(n), rotations, n, k, 128)
-    target = registry.Target("paroquant", "cuda", n, k, cap, i8, interpreting(), knob_int("RADIANCE_PQ_DECODE_MAX_M"))
+    target = registry.Target.of("paroquant", "cuda", n, k, config, cap, i8)
     layer = ParoLayer(wb=wb.to(device), sc=sc.to(device), d=d.to(device), tables=paro_rotate.build_tables(rotations, device),
                       bounds=bounds, n=n, k=k, cap=cap, sms=sms, decode_max_m=target.decode_max_m, i8=i8,
-                      kernels=registry.choose(KERNELS, target, only), bias=bias, scratch_rows=scratch_piece_rows(),
+                      kernels=registry.choose(KERNELS, target, only), bias=bias, scratch_rows=config.scratch_rows,
                       # the real GPU's capability: a faked one (the sm_75 configs run on the H200) never asks for it
-                      pdl=on_gpu and pdl_enabled(dcap) and cap >= (9, 0))
+                      pdl=on_gpu and pdl_enabled(dcap, config.pdl) and cap >= (9, 0))
     decode = [m for m in range(1, layer.decode_max_m + 1) if layer.kernels.covers(m)]
     part = max((tile_for(layer, m).split * m * n for m in decode if kind_for(layer, m) != "scratch"), default=0)
     scratch = any(s.kernel == "scratch" for _, _, s in layer.kernels.pieces)
@@ -203,7 +204,8 @@ def _gemm_after(layer: ParoLayer, m: int, dtype: torch.dtype, prologue, bias: to
 # ----------------------------------------------------------------------------- the ("paroquant", "cuda") entry
 # of kernels/methods/paroquant.py: a PreparedLinear's payload is this module's ParoLayer
 def prepare_linear(prep: PreparedLinear, t: ParoTensors) -> None:
-    prep.data["paro"] = prepare([t.qweight], [t.qzeros], [t.scales], prep.rotations, prep.runs)  # type: ignore[assignment]
+    prep.data["paro"] = prepare([t.qweight], [t.qzeros], [t.scales], prep.rotations, prep.runs,  # type: ignore[assignment]
+                                config=prep.config)
 
 
 def forward_linear(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -19,12 +19,11 @@ from dataclasses import dataclass, replace
 
 import triton
 
-from radiance.kernels import gpu
+from radiance.kernels.config import KernelConfig, needs_card
 from radiance.kernels.formats.paroquant import GROUP_SIZE
 from radiance.kernels.registry import ROWS_MAX, KernelSpec, Target, register
-from radiance.kernels.triton import interpreting, paro_rotate
+from radiance.kernels.triton import paro_rotate
 from radiance.kernels.triton.split_finish import stream_programs
-from radiance.knobs import knob_int
 
 W4A16_ONLY = ("deqt", "gemv", "gemv_gl", "mma_gl", "wgmma", "scratch")  # kinds that multiply fp16/fp32 activations only
 GEMV_MAX_M = 1  # W4A16 rows up to this run the Triton CUDA-core gemv (one program per row)
@@ -125,18 +124,9 @@ def smem_limit(cap: tuple[int, int]) -> int:
     return SMEM_LIMIT[(9, 0)] if cap >= (9, 0) else SMEM_LIMIT[(8, 6)] if cap >= (8, 0) else SMEM_LIMIT[(7, 5)]
 
 
-def scratch_piece_rows() -> int:
-    """RADIANCE_PQ_SCRATCH_ROWS: weight rows per dequantized piece on the scratch path (a multiple
-    of 128; 0 = the whole weight at once)."""
-    rows = knob_int("RADIANCE_PQ_SCRATCH_ROWS")
-    if rows < 0 or rows % 128:
-        raise ValueError(f"RADIANCE_PQ_SCRATCH_ROWS={rows}: use 0 (the whole weight at once) or a positive "
-                         "multiple of 128 (weight rows per dequantized piece)")
-    return rows
-
-
-def use_int8(cap: tuple[int, int]) -> bool:
-    return gpu.cap_switch("RADIANCE_PQ_I8", cap, (8, 0), "int8 tensor-core dots", "W4A16")
+def use_int8(cap: tuple[int, int], config: KernelConfig) -> bool:
+    """RADIANCE_PQ_I8: W4A8, on cards with int8 tensor-core dots (an error naming the knob below)."""
+    return needs_card("RADIANCE_PQ_I8", config.i8, cap, (8, 0), "int8 tensor-core dots", "W4A16")
 
 
 def launches_dependent(t: Tile) -> bool:

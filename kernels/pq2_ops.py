@@ -18,6 +18,7 @@ import torch
 import triton
 
 from radiance.kernels import gpu, registry
+from radiance.kernels.config import KernelConfig
 from radiance.kernels import pq2_table as table
 from radiance.kernels.formats.pq2 import Pq2Tensors
 from radiance.kernels.launch import INTERPRET, Launch
@@ -53,6 +54,7 @@ class Pq2Layer:
     k: int
     kernels: registry.Plan  # rows -> kernel (pq2_table.KERNELS), chosen at prepare
     exact: bool = False  # bit-identical kernels only, no split-K (a test fixture)
+    pdl: bool = False  # decode GEMMs may launch dependent on the quantizer (kernels/pdl.py; PDL_PATHS say which)
     plans: dict = field(default_factory=dict)
 
     @property
@@ -67,11 +69,13 @@ class Pq2Layer:
 
 
 def prepare(qweight: torch.Tensor, scales: torch.Tensor, exact: bool = False, only: str | None = None,
-            cap: tuple[int, int] | None = None) -> Pq2Layer:
+            cap: tuple[int, int] | None = None, config: KernelConfig | None = None) -> Pq2Layer:
     """Check and lay out one layer's weights for the kernels (once, after loading) and plan its
     kernels. `exact`: only kernels bit-identical to legacy, without split-K (tests); `only`: that
     kernel (e.g. "pq2.legacy") on every row it takes (benchmarks, tests); `cap`: plan as on that
-    capability (the sm_86 / sm_75 choices run on the H200 in the GPU tests)."""
+    capability (the sm_86 / sm_75 choices run on the H200 in the GPU tests); `config`: the knobs
+    (default: as the environment sets them now)."""
+    config = config or KernelConfig.from_knobs()
     if qweight.dtype != torch.uint8 or qweight.dim() != 2:
         raise ValueError(f"pq2 qweight must be [N, K/4] uint8, got {tuple(qweight.shape)} {qweight.dtype}")
     n, k = qweight.shape[0], qweight.shape[1] * 4
@@ -88,10 +92,11 @@ def prepare(qweight: torch.Tensor, scales: torch.Tensor, exact: bool = False, on
     padded = torch.zeros(blocks * rows, k // 4, dtype=torch.uint8, device=qweight.device)
     padded[:n] = qweight
     blocked = padded.view(blocks, rows, k // GROUP, 32).transpose(1, 2).contiguous()
-    target = registry.Target("pq2", "cuda", n, k, cap or _capability(qweight.device), interpret=INTERPRET,
-                             exact=exact)
+    target = registry.Target.of("pq2", "cuda", n, k, config, cap or _capability(qweight.device), exact=exact)
+    # the real GPU's capability: PDL only where the device has it (a faked cap never asks for it)
+    pdl = gpu.capability(qweight.device) is not None and pdl_enabled(_capability(qweight.device), config.pdl)
     return Pq2Layer(blocked, scales.to(torch.float16).contiguous(), n, k, registry.choose(table.KERNELS, target, only),
-                    exact)
+                    exact, pdl)
 
 
 # per device: the gluon path's split-K tickets (self-resetting: the last program of a tile zeroes
@@ -186,7 +191,7 @@ def _quantize_and_gemm(layer: Pq2Layer, x2: torch.Tensor, y: torch.Tensor, path:
     # the planned (or forced) kernel at y's rows: the quantizer (computing the producer), then the GEMM
     m = y.shape[0]
     path, tile = choose(layer, m, x2.device, path, tile)
-    dep = launches_dependent(path, m, x2.device)
+    dep = launches_dependent(layer, path, m)
     q, a, t = quantize_activations(x2, planes=path != "legacy", layer=layer, trigger=dep, producer=producer)
     gemm_quantized(layer, path, tile, q, a, t, y, pdl=dep)
 
@@ -200,10 +205,9 @@ def choose(layer: Pq2Layer, m: int, device: torch.device, path: str | None = Non
     return path, tile
 
 
-def launches_dependent(path: str, m: int, device: torch.device) -> bool:
-    """Whether `path`'s GEMM at M rows launches dependent on the quantizer before it on this device."""
-    return path in table.PDL_PATHS and m <= table.SMALL_MAX_M and gpu.capability(device) is not None \
-        and pdl_enabled(_capability(device))
+def launches_dependent(layer: Pq2Layer, path: str, m: int) -> bool:
+    """Whether `path`'s GEMM at M rows launches dependent on the quantizer before it (on the layer's device)."""
+    return layer.pdl and path in table.PDL_PATHS and m <= table.SMALL_MAX_M
 
 
 def gemm_quantized(layer: Pq2Layer, path: str, tile: table.Tile, q: torch.Tensor, a: torch.Tensor, t: torch.Tensor,
@@ -347,10 +351,13 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return y.reshape(*lead, n)
 
 
-def dense_plan(weight: torch.Tensor, cap: tuple[int, int] | None = None) -> registry.Plan:
+def dense_plan(weight: torch.Tensor, cap: tuple[int, int] | None = None,
+               config: KernelConfig | None = None) -> registry.Plan:
     """The kernel plan of an unquantized linear on NVIDIA (pq2_table.DENSE_KERNELS)."""
     n, k = (int(d) for d in weight.shape)
-    return registry.choose(table.DENSE_KERNELS, registry.Target("dense", "cuda", n, k, cap or _capability(weight.device)))
+    target = registry.Target.of("dense", "cuda", n, k, config or KernelConfig.from_knobs(),
+                                cap or _capability(weight.device))
+    return registry.choose(table.DENSE_KERNELS, target)
 
 
 def dense_linear(x: torch.Tensor, weight: torch.Tensor, plan: registry.Plan, bias: torch.Tensor | None = None):
@@ -363,7 +370,7 @@ def dense_linear(x: torch.Tensor, weight: torch.Tensor, plan: registry.Plan, bia
 # ----------------------------------------------------------------------------- the ("pq2", "cuda") and
 # ("dense", "cuda") entries of kernels/methods/: a PreparedLinear's payload is a Pq2Layer / the weight and its plan
 def prepare_linear(prep: PreparedLinear, t: Pq2Tensors) -> None:
-    prep.data["pq2"] = prepare(t.qweight, t.scales)  # type: ignore[assignment]
+    prep.data["pq2"] = prepare(t.qweight, t.scales, config=prep.config)  # type: ignore[assignment]
 
 
 def forward_linear(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -378,7 +385,7 @@ def produced_linear(prep: PreparedLinear, producer: Producer, bias: torch.Tensor
 
 def dense_prepare(prep: PreparedLinear, weight: torch.Tensor) -> None:
     prep.data["w"] = weight.contiguous()
-    prep.data["kernels"] = dense_plan(weight)  # type: ignore[assignment]
+    prep.data["kernels"] = dense_plan(weight, config=prep.config)  # type: ignore[assignment]
 
 
 def dense_forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

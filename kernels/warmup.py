@@ -30,7 +30,7 @@ import torch
 from radiance.kernels import methods, ops
 from radiance.kernels.formats.paroquant import GROUP_SIZE
 from radiance.kernels.linear import DTYPES
-from radiance.kernels.producers import AddRmsNorm, SiluMul, asked
+from radiance.kernels.producers import AddRmsNorm, SiluMul
 from radiance.kernels.linear_spec import NO_GPU, LinearSpec  # noqa: F401  (the warm-up's interface)
 from radiance.kernels.methods import ROTATED_METHODS
 
@@ -94,7 +94,7 @@ def warm_producers(prep: ops.PreparedLinear, spec: LinearSpec, device: torch.dev
     band = methods.resolve(entry.fused_rows)
     dtype = getattr(torch, spec.dtype)
     w = torch.ones(spec.k, dtype=dtype, device=device)
-    for on, kind in zip(asked(), ("norm", "silu_mul")):
+    for on, kind in zip(prep.config.producers, ("norm", "silu_mul")):
         for m in range(1, band[kind] + 1) if on else ():
             x = torch.randn(m, spec.k * (2 if kind == "silu_mul" else 1), dtype=dtype, device=device)
             if kind == "silu_mul":

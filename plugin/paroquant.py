@@ -60,7 +60,8 @@ class ParoQuantLinearMethod(RadianceLinearMethod):
             fmt.validate(part, lay.names[p], self.config.bits, self.config.group_size)
             rotations.append(rot)
         check_rotation_limit(lay, "paroquant", rotations, qw.device)
-        return ops.prepare("paroquant", {"qweight": qw, "qzeros": qz, "scales": sc}, rotations, lay.sizes)
+        return ops.prepare("paroquant", {"qweight": qw, "qzeros": qz, "scales": sc}, rotations, lay.sizes,
+                           config=self.config.kernels)
 
     def _exact(self, layer, lay, x, bias):
         return checkall.paroquant_exact(layer, lay, x, bias)

@@ -47,7 +47,8 @@ class ParoQuantMxfp4LinearMethod(RadianceLinearMethod):
                          self.config.group_size)
             rotations.append(rot)
         check_rotation_limit(lay, "paroquant_mxfp4", rotations, w.device)
-        return ops.prepare("paroquant_mxfp4", {"weight": w, "weight_scale": sc}, rotations, lay.sizes)
+        return ops.prepare("paroquant_mxfp4", {"weight": w, "weight_scale": sc}, rotations, lay.sizes,
+                           config=self.config.kernels)
 
     def _exact(self, layer, lay, x, bias):
         return checkall.paroquant_mxfp4_exact(layer, lay, x, bias)

@@ -41,7 +41,7 @@ class Pq2LinearMethod(RadianceLinearMethod):
         qw, sc = layer.qweight.data, layer.scales.data
         for name, (n0, n1) in zip(lay.names, lay.partition_bounds()):
             fmt.validate(fmt.Pq2Tensors(qw[n0:n1], sc[n0:n1]), name, self.config.bits, self.config.group_size)
-        return ops.prepare("pq2", {"qweight": qw, "scales": sc})
+        return ops.prepare("pq2", {"qweight": qw, "scales": sc}, config=self.config.kernels)
 
     def _exact(self, layer, lay, x, bias):
         return checkall.pq2_exact(layer, lay, x, bias)

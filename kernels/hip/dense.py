@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import torch
 
+from radiance.kernels.hip import kernels
+from radiance.kernels.hip.paroquant import plan
 from radiance.kernels.linear import PreparedLinear
 
 
 def prepare(prep: PreparedLinear, weight: torch.Tensor) -> None:
+    plan(prep, kernels.DENSE)  # one kernel on every row; RADIANCE_DISABLED_KERNELS=dense.hipblas refuses the layer
     prep.data["w"] = weight.contiguous()
 
 

@@ -13,11 +13,10 @@ from __future__ import annotations
 import torch
 
 from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
-from radiance.kernels.hip import mxfp4_layout
-from radiance.kernels.hip.paroquant import produced_by
+from radiance.kernels.hip import kernels, mxfp4_layout
+from radiance.kernels.hip.paroquant import plan, produced_by
 from radiance.kernels.linear import PreparedLinear
 from radiance.kernels.producers import Producer
-from radiance.knobs import knob
 
 KEY = "hip_mxfp4"  # prep.data's entry
 
@@ -25,8 +24,10 @@ KEY = "hip_mxfp4"  # prep.data's entry
 def prepare(prep: PreparedLinear, t: Mxfp4Tensors) -> None:
     """`t` holds the merged weight / weight_scale (the rotation fields are partition 0's: the
     distinct rotations come from prep.rotations). RADIANCE_PQ_WPERM must match the built library."""
+    rows = kernels.decode_rows(plan(prep, kernels.MXFP4))
     prep.data[KEY] = mxfp4_layout.prepare_merged(  # type: ignore[assignment]
-        t.weight, t.weight_scale, prep.rotations, prep.runs, wperm=knob("RADIANCE_PQ_WPERM") == "1")
+        t.weight, t.weight_scale, prep.rotations, prep.runs, wperm=prep.config.wperm)
+    prep.data[KEY].decode_rows = rows
 
 
 def forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -12,7 +12,8 @@ SPEC = MethodSpec(
     platforms={
         "cuda": Platform(prepare="radiance.kernels.pq2_ops:dense_prepare", forward="radiance.kernels.pq2_ops:dense_forward",
                          kernels="radiance.kernels.pq2_table:DENSE_KERNELS"),
-        "rocm": Platform(prepare="radiance.kernels.hip.dense:prepare", forward="radiance.kernels.hip.dense:forward"),
+        "rocm": Platform(prepare="radiance.kernels.hip.dense:prepare", forward="radiance.kernels.hip.dense:forward",
+                         kernels="radiance.kernels.hip.kernels:DENSE"),
         "cpu": Platform(prepare="radiance.kernels.cpu_ops:dense_prepare", forward="radiance.kernels.cpu_ops:dense_forward"),
     },
 )

@@ -34,7 +34,8 @@ SPEC = MethodSpec(
                          fused_rows="radiance.kernels.triton.paro_producers:FUSED_MAX_M",
                          kernels="radiance.kernels.mxfp4_ops:KERNELS", rotation_limit=GPU_ROTATIONS),
         "rocm": Platform(prepare="radiance.kernels.hip.mxfp4:prepare", forward="radiance.kernels.hip.mxfp4:forward",
-                         produced="radiance.kernels.hip.mxfp4:produced", rotation_limit=GPU_ROTATIONS),
+                         produced="radiance.kernels.hip.mxfp4:produced",
+                         kernels="radiance.kernels.hip.kernels:MXFP4", rotation_limit=GPU_ROTATIONS),
         # the CPU runs paroquant's forward: the same rotations before a dequantized weight
         "cpu": Platform(prepare="radiance.kernels.cpu_ops:mxfp4_prepare",
                         forward="radiance.kernels.cpu_ops:paroquant_forward", produced="radiance.kernels.ops:unfused"),

@@ -204,11 +204,13 @@ def test_skinny_gemm():
             assert torch.equal(y, pq2_ops.skinny_linear(x, w)), "split-K reduction must be deterministic"
 
 
-def test_dependent_launch_bit_identical_back_to_back(monkeypatch):
+def test_dependent_launch_bit_identical_back_to_back():
     # kernels/pdl.py: on sm_90 dp4a (M = 1) and gluon (M = 2..8) launch while the quantizer runs and
     # wait for it in the kernel. Eight calls on eight inputs in one CUDA graph (each quantizer
     # output lands where the last one was freed: a GEMM that did not wait would read the previous
-    # call's), against the same calls with RADIANCE_PDL=off, bit for bit
+    # call's), against the same calls on the layer without PDL (RADIANCE_PDL=off), bit for bit
+    from dataclasses import replace
+
     from radiance.kernels import pq2_ops
     from radiance.testing.graphs import assert_back_to_back
 
@@ -217,12 +219,11 @@ def test_dependent_launch_bit_identical_back_to_back(monkeypatch):
     dev = _cuda()
     for n, k in [(14336, 5120), (1000, 384)]:
         layer, _, _ = _layer(n, k, dev)
+        off = replace(layer, pdl=False, plans={})
         for m in (1, 3, 8):
-            assert pq2_ops.launches_dependent(pq2_ops.choose(layer, m, dev)[0], m, dev), f"M={m}"
+            assert pq2_ops.launches_dependent(layer, pq2_ops.choose(layer, m, dev)[0], m), f"M={m}"
             xs = [torch.randn(m, k, device=dev, dtype=torch.bfloat16) for _ in range(8)]
-            monkeypatch.setenv("RADIANCE_PDL", "off")
-            want = [pq2_ops.forward(layer, x) for x in xs]
-            monkeypatch.delenv("RADIANCE_PDL")
+            want = [pq2_ops.forward(off, x) for x in xs]
             assert_back_to_back([lambda x=x: pq2_ops.forward(layer, x) for x in xs], want, f"N={n} M={m}")
 
 

@@ -12,10 +12,11 @@ import pytest
 
 from radiance.kernels import pq2_table as table
 from radiance.kernels import registry
+from radiance.kernels.config import KernelConfig
 
 
 def kernel(m: int, cap=(9, 0), n: int = 5120, exact: bool = False, only: str | None = None) -> str:
-    t = registry.Target("pq2", "cuda", n, 5120, cap, exact=exact)
+    t = registry.Target.of("pq2", "cuda", n, 5120, KernelConfig.from_knobs(), cap, exact=exact)  # the knobs as set now
     return registry.choose(table.KERNELS, t, only).spec(m).kernel
 
 

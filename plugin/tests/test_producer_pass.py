@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from radiance.kernels.config import KernelConfig
+
 pytestmark = pytest.mark.integration  # real vLLM and inductor, in process
 
 
@@ -101,7 +103,7 @@ def test_pass_leaves_gated_layers_alone(layer, tiny, monkeypatch):
 def test_knobs_are_an_error_on_cpu(layer, monkeypatch, name):
     from radiance.plugin import producer_pass
 
-    producer_pass.install(_CFG[0])  # both off: nothing to do, nothing said
+    producer_pass.install(_CFG[0], KernelConfig.from_knobs().producers)  # both off: nothing to do, nothing said
     monkeypatch.setenv(name, "1")
     with pytest.raises(ValueError, match="run on NVIDIA and AMD"):
-        producer_pass.install(_CFG[0])
+        producer_pass.install(_CFG[0], KernelConfig.from_knobs().producers)

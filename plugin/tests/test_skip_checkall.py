@@ -163,7 +163,7 @@ def test_checkall_runs_the_fused_producers_beside_the_unfused_path(tiny, tmp_pat
     for mod in linears:
         lay, prep = mod._radiance_layout, mod._radiance_prep
         mod._radiance_check = checkall.checker(mod, lay, "paroquant", checkall.paroquant_exact, prep.out_features,
-                                               prep.in_features)
+                                               prep.in_features, (True, True))
     try:
         def block(scale: float = 1.0):
             gen = torch.Generator().manual_seed(1)

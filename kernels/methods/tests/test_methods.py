@@ -45,8 +45,10 @@ def test_every_method_fills_every_column(name):
             assert set(resolve(entry.fused_rows)) == {"norm", "silu_mul"}
         if platform != "cpu":
             assert (entry.rotation_limit is not None) == spec.rotated, f"{name} {platform}: rotation limit"
-        if platform == "cuda":
-            assert entry.kernels and resolve(entry.kernels), f"{name} on cuda plans from no registry"
+        if platform != "cpu":
+            assert entry.kernels and resolve(entry.kernels), f"{name} on {platform} plans from no registry"
+            assert {s.platform for s in resolve(entry.kernels)} == {platform}
+            assert {s.name.split(".")[0] for s in resolve(entry.kernels)} == {name}
 
 
 @pytest.mark.parametrize("name", [m for m in METHODS if METHODS[m].checkpoint])
