@@ -11,8 +11,8 @@ after its own warm-up (its JIT monitor). So the kernels a model can ever ask for
   Triton's per-process cache then holds every variant before vLLM's monitor starts (loaded from
   the disk cache the launcher filled, or compiled here when it missed one; `cache_entries` counts).
 
-Which rows: every M from 1 to ALL_M, where the tables' bands and tiles change (kernels/paro_table,
-kernels/pq2_table; test_warmup checks that nothing changes above), then one row count of each of
+Which rows: every M from 1 to ALL_M, where the kinds' bands and tiles change (kernels/nvidia/;
+test_warmup checks that nothing changes above), then one row count of each of
 Triton's integer specializations above it (a multiple of 16 and not), which stand for every larger M.
 """
 

@@ -10,8 +10,8 @@ SPEC = MethodSpec(
     codes="weight",
     nk=lambda shape: (shape[0], shape[1]),
     platforms={
-        "cuda": Platform(prepare="radiance.kernels.pq2_ops:dense_prepare", forward="radiance.kernels.pq2_ops:dense_forward",
-                         kernels="radiance.kernels.pq2_table:DENSE_KERNELS"),
+        "cuda": Platform(prepare="radiance.kernels.nvidia.dense:prepare", forward="radiance.kernels.nvidia.dense:forward",
+                         kernels="radiance.kernels.nvidia.dense:KERNELS"),
         "rocm": Platform(prepare="radiance.kernels.hip.dense:prepare", forward="radiance.kernels.hip.dense:forward",
                          kernels="radiance.kernels.hip.kernels:DENSE"),
         "cpu": Platform(prepare="radiance.kernels.cpu_ops:dense_prepare", forward="radiance.kernels.cpu_ops:dense_forward"),

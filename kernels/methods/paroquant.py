@@ -33,7 +33,7 @@ SPEC = MethodSpec(
                          forward="radiance.kernels.paro_ops:forward_linear",
                          produced="radiance.kernels.paro_ops:produced_linear",
                          fused_rows="radiance.kernels.triton.paro_producers:FUSED_MAX_M",
-                         kernels="radiance.kernels.paro_table:KERNELS", rotation_limit=GPU_ROTATIONS),
+                         kernels="radiance.kernels.nvidia.paroquant:KERNELS", rotation_limit=GPU_ROTATIONS),
         "rocm": Platform(prepare="radiance.kernels.hip.paroquant:prepare",
                          forward="radiance.kernels.hip.paroquant:forward",
                          produced="radiance.kernels.hip.paroquant:produced",

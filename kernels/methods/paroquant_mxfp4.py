@@ -32,7 +32,7 @@ SPEC = MethodSpec(
                          forward="radiance.kernels.mxfp4_ops:forward_linear",
                          produced="radiance.kernels.mxfp4_ops:produced_linear",
                          fused_rows="radiance.kernels.triton.paro_producers:FUSED_MAX_M",
-                         kernels="radiance.kernels.mxfp4_ops:KERNELS", rotation_limit=GPU_ROTATIONS),
+                         kernels="radiance.kernels.nvidia.mxfp4:KERNELS", rotation_limit=GPU_ROTATIONS),
         "rocm": Platform(prepare="radiance.kernels.hip.mxfp4:prepare", forward="radiance.kernels.hip.mxfp4:forward",
                          produced="radiance.kernels.hip.mxfp4:produced",
                          kernels="radiance.kernels.hip.kernels:MXFP4", rotation_limit=GPU_ROTATIONS),

@@ -28,7 +28,7 @@ SPEC = MethodSpec(
                          forward="radiance.kernels.pq2_ops:forward_linear",
                          produced="radiance.kernels.pq2_ops:produced_linear",
                          fused_rows="radiance.kernels.pq2_ops:FUSED_MAX_M",
-                         kernels="radiance.kernels.pq2_table:KERNELS"),
+                         kernels="radiance.kernels.nvidia.pq2:KERNELS"),
         "cpu": Platform(prepare="radiance.kernels.cpu_ops:pq2_prepare", forward="radiance.kernels.cpu_ops:pq2_forward",
                         produced="radiance.kernels.ops:unfused"),
     },

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from radiance.kernels import paro_ops as ops
-from radiance.kernels import paro_table as table
+from radiance.kernels.nvidia import paroquant as table
 from radiance.kernels import registry
 from radiance.kernels.config import KernelConfig
 from radiance.kernels import reference
@@ -117,7 +117,7 @@ def test_wgmma_prefill_band(monkeypatch, cap, i8, n, interpret, disabled, want):
 
 def test_fit_tile_refuses_an_impossible_limit():
     with pytest.raises(ValueError, match="no GEMM tile fits"):
-        ops.fit_tile(ops.Tile(128, 128, 8, 3), 1024)
+        ops.fit_tile(ops.Tile(128, 128, 8, 3, kind="deq"), 1024)
 
 
 def test_bad_knob_values_are_errors(monkeypatch):

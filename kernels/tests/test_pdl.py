@@ -7,9 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radiance.kernels import paro_table, pdl, pq2_ops, pq2_table
+from radiance.kernels import pdl, pq2_ops
+from radiance.kernels.nvidia import paroquant as paro_table
+from radiance.kernels.nvidia import pq2 as pq2_table
 from radiance.kernels.config import KernelConfig
-from radiance.kernels.paro_table import Tile
+from radiance.kernels.nvidia.tile import Tile
 
 
 @pytest.mark.parametrize("mode, cap, expected", [

@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from radiance.kernels import mxfp4_ops, paro_table, pq2_table, registry  # noqa: F401 -- they register
+from radiance.kernels import registry
+from radiance.kernels.nvidia import paroquant as paro_table
 from radiance.knobs import KNOBS
 
 

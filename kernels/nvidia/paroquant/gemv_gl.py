@@ -1,0 +1,49 @@
+"""`gemv_gl`: the decode GEMV on the CUDA cores in Gluon (triton/paro_gemv_gluon.py), all of a
+program's rows (1, 2 or 4) sharing each decoded weight word; W4A16. Rows 1..GEMV_GL_MAX_M where
+mma_gl does not take them, 1..TURING_GEMV_MAX_M on Turing. Reads ROT32P activations."""
+
+from __future__ import annotations
+
+from radiance.kernels.nvidia.paroquant.common import TURING_GEMV_MAX_M, gluon_w4a16, split_decode, turing
+from radiance.kernels.nvidia.tile import Tile
+from radiance.kernels.registry import KernelSpec, Target
+from radiance.kernels.triton import paro_rotate
+
+NAME = "gemv_gl"
+MODE = paro_rotate.ROT32P
+W4A16_ONLY = True
+WORDS = True
+GEMV_GL_MAX_M = 2
+
+
+def _rows(t: Target) -> tuple[int, int]:
+    return 1, TURING_GEMV_MAX_M if turing(t) else GEMV_GL_MAX_M
+
+
+SPEC = KernelSpec(f"paroquant.{NAME}", "cuda", _rows, None, gluon_w4a16)
+
+
+def smem(t: Tile, act_bytes: int = 2) -> int:
+    return 1024  # everything in registers but the final cross-warp sum
+
+
+def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8: bool = False) -> Tile:
+    # 2 columns x 4 words per thread, 4 warps, everything of the next group prefetched (stages 3),
+    # ~12 programs per SM by split-K (2 groups per step lost everywhere); at M = 2 two rows per
+    # program share each decoded word, at M = 3, 4 the tensor cores win. Weights 2-4 steps ahead
+    # (registers or a cp.async ring) lost or tied on every shape at M = 1, 2. 4 rows x 4 columns per
+    # thread would take 251 registers on sm_75 (offline SASS): 2 columns, 128.
+    bm = m if m <= 2 else 4
+    bn = 64 if bm == 4 else 128 if m > 1 or n // 64 >= 4 * sms else 64
+    return split_decode(Tile(bm, bn, 4, 3 if m == 1 else 2, 1, NAME, 1), m, n, groups, sms, cap, 12, 8, smem)
+
+
+prefill_tile = None
+
+
+def launch(grid, args, t: Tile, has_bias: bool, programs: int, pdl: bool) -> None:
+    from radiance.kernels.triton.paro_gemv_gluon import launch as run  # Gluon: imported only where it runs
+
+    if t.maxnreg:
+        raise ValueError(f"paroquant {NAME}: no register cap (maxnreg={t.maxnreg}); it is for the Triton kinds")
+    run(NAME, grid, args, bm=t.bm, bn=t.bn, gpi=t.gpi, num_warps=t.warps, num_stages=t.stages, has_bias=has_bias)
