@@ -22,7 +22,8 @@ from enum import Enum
 from filelock import FileLock, Timeout
 
 from radiance import apikey, atomic, paths
-from radiance.deploy import gpus, hoststate, hostcmd, systemd
+from radiance import hostcmd
+from radiance.deploy import gpus, hoststate, systemd
 from radiance.deploy.unitspec import probe_url, start_timeout_s, stop_timeout_s, unit_name
 from radiance import probe
 from radiance.state import record_ready, record_switch

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from radiance.deploy import hostcmd
+from radiance import hostcmd
 
 # `systemctl stop` blocks until the unit is down; the unit's own TimeoutStopSec bounds that, so the
 # caller passes it and this margin covers systemd's own bookkeeping on top.

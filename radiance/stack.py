@@ -9,6 +9,7 @@ can read stacks whose models live on another machine.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -364,10 +365,10 @@ def default_stacks_path() -> Path:
 
 
 def bundled_example() -> Path:
-    """deploy/stacks.example.yaml, installed with the radiance.deploy package."""
-    import radiance.deploy
-
-    return Path(radiance.deploy.__file__).parent / "stacks.example.yaml"
+    """deploy/stacks.example.yaml, installed with the radiance.deploy package: located, not imported
+    (the stack schema depends on no other package of radiance)."""
+    deploy = importlib.util.find_spec("radiance.deploy")
+    return Path(next(iter(deploy.submodule_search_locations))) / "stacks.example.yaml"
 
 
 def load_stacks(path: str | Path | None = None) -> StackFile:
