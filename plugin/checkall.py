@@ -7,7 +7,7 @@ layer) logs `CHECKALL <layer> ... rel=<|y - round(y_ref)| / |y_ref|> rel_fp32=<|
 call=<checked so far> [rank=<r>/<tp> slice=<N>:<K>]` over its first RADIANCE_PQ_CHECK_MAX_M rows. `rel` measures the kernel against the exact result rounded to
 the kernel's output dtype (0 for the CPU path, which is exact); `rel_fp32` adds that rounding
 (~1.6e-3 for bf16 outputs). The reference dequantizes the raw checkpoint tensors in chunks of
-`CHUNK` output columns (never a full code matrix: the seed's int64 version OOM'd a worker), per
+`CHUNK` output columns (never a full code matrix: a 27B layer's int64 codes fill a worker's memory), per
 projection, so it also checks the rotation dedup and the partition mapping. Calls whose input is
 all zeros (vLLM's profile run) are labeled `zero-input` instead of passing vacuously. With the
 producer knobs set, the linears fed by a norm or silu-mul also check the fused producers

@@ -1,5 +1,5 @@
-"""The graph pass that fuses each rotated linear's producer into its prologue (the seed's ROT_STREAM /
-ROT_STREAM2): in the post-grad graph vLLM compiles, a `radiance_linear` whose input is
+"""The graph pass that fuses each rotated linear's producer into its prologue (RADIANCE_PQ_ROT_STREAM /
+_ROT_STREAM2): in the post-grad graph vLLM compiles, a `radiance_linear` whose input is
 
 - vLLM's `rms_norm` / `fused_add_rms_norm` IR op (RADIANCE_PQ_ROT_STREAM), or
 - SiluAndMul's decomposition (RADIANCE_PQ_ROT_STREAM2; matched against the same function traced

@@ -71,9 +71,9 @@ KNOBS: dict[str, Knob] = {
              "`paroquant_mxfp4.hip_decode`, `.hip_prefill`, `dense.hipblas`. An unknown name is an error. For A/B runs and "
              "for working around a kernel on one card, as vLLM's `VLLM_DISABLED_KERNELS`."),
         Knob("RADIANCE_CHAT_TEMPLATE", None, "",
-             "Chat template (`.jinja`) for `radiance-launch`, overriding the stack's `chat_template` (the seed's `CHAT_TEMPLATE`). Missing or unreadable fails the launch."),
+             "Chat template (`.jinja`) for `radiance-launch`, overriding the stack's `chat_template` (prefixed, so podman's `--env 'RADIANCE_*'` carries it into a container). Missing or unreadable fails the launch."),
         Knob("RADIANCE_SPEC", None, "",
-             "Speculative tokens for `radiance-launch`, overriding the mode's `spec` (the seed's `SPEC`); `0` turns the drafter off."),
+             "Speculative tokens for `radiance-launch`, overriding the mode's `spec`; `0` turns the drafter off."),
         Knob("RADIANCE_PQ_HIPCC_FLAGS", None, "kernels",
              "Extra compiler flags for the gfx1201 kernel build (e.g. `-O2`, `-save-temps`); part of the kernel-cache key."),
         Knob("RADIANCE_PQ_WPERM", "1", "kernels",

@@ -25,6 +25,17 @@ def test_code_uses_only_registered_knobs():
     assert used - set(KNOBS) == set(), "register these in radiance/knobs.py, then regenerate docs/knobs.md"
 
 
+def test_nothing_cites_a_document_a_reader_cannot_see():
+    """Comments and docs say the reason itself: no pointer to notes outside this repository."""
+    cited = re.compile(r"\bthe seed's\b|\bthe seed builds\b|\.\./shared\b|\bDESIGN\.md\b|\bFACTS\.md\b")
+    hits = [f"{p.relative_to(ROOT)}:{n}" for d in [*CODE_DIRS, "docs", "bench"] for p in (ROOT / d).rglob("*")
+            if p.is_file() and p.suffix in {".py", ".md", ".sh", ".j2", ".yaml", ""} or p.name.startswith("Containerfile")
+            for n, line in enumerate(p.read_text(errors="ignore").splitlines(), 1) if cited.search(line)]
+    hits += [f"README.md:{n}" for n, line in enumerate((ROOT / "README.md").read_text().splitlines(), 1)
+             if cited.search(line)]
+    assert hits == [], "say the reason itself"
+
+
 def test_perf_page_is_generated_from_the_committed_results():
     import subprocess
     import sys
