@@ -28,7 +28,7 @@ def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8:
 
 
 def prefill_tile(cap: tuple[int, int], m: int = 2048) -> Tile:
-    """128 x 256 (on the H200 faster than 128 x 128), fitted to the card."""
+    """128 x 256 (each dequantized weight tile serves twice the columns of 128 x 128), fitted to the card."""
     return fit(Tile(128, 256, 8, 3, 1, NAME), smem_limit(cap), smem, 2)
 
 

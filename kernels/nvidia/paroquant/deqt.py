@@ -21,8 +21,9 @@ smem = staged_smem
 
 
 def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8: bool = False) -> Tile:
-    """BN 64, 4 warps, 3 stages (4 for W4A8's deq), split-K to ~16 programs per SM (8 at BM 64): on
-    the H200 faster than deq (~1.5x on gate_up at M = 64). deq's decode tile is the same rule."""
+    """BN 64, 4 warps, 3 stages (4 for W4A8's deq), split-K to ~16 programs per SM (8 at BM 64): the
+    weights on the MMA's M side pad a few rows of x to 16, not 64 (why it serves the decode band
+    ahead of deq). deq's decode tile is the same rule."""
     bm = min(64, max(16, triton.next_power_of_2(m)))
     t = Tile(bm, 64, 4, 4 if i8 else 3, 1, NAME)
     return split_decode(t, m, n, groups, sms, cap, 8 if bm == 64 else 16, 4 if bm == 64 else 8, smem)

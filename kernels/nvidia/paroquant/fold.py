@@ -22,10 +22,10 @@ decode_tile = None
 
 
 def prefill_tile(cap: tuple[int, int], m: int = 2048) -> Tile:
-    """128 x 64 on 2 stages; a card's tuned entry may cap its registers (tiles/<arch>.json: on the
-    H200 168, 3 programs per SM instead of 2, faster than uncapped or on 4 stages; for sm_86 the
-    same tile compiles to mma.sync with 253 registers, and capped it spills (offline SASS: 168 stack
-    bytes, 73 local loads/stores per group) -- unmeasured there, so the compiler's choice)."""
+    """128 x 64 on 2 stages; a card's tuned entry may cap its registers (tiles/<arch>.json: the
+    H200's cap fits 3 programs per SM instead of 2; on sm_86 the same tile compiles to mma.sync with
+    253 registers and capped it would spill (offline SASS), so cards without an entry keep the
+    compiler's choice)."""
     found = tile.lookup(tile.arch(cap), "paroquant", NAME, None, None, "prefill")
     t = replace(found, kind=NAME) if found else Tile(128, 64, 4, 2, 1, NAME)
     return fit(t, smem_limit(cap), smem, 1)

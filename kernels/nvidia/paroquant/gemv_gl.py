@@ -28,11 +28,11 @@ def smem(t: Tile, act_bytes: int = 2) -> int:
 
 
 def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8: bool = False) -> Tile:
-    # 2 columns x 4 words per thread, 4 warps, everything of the next group prefetched (stages 3),
-    # ~12 programs per SM by split-K (2 groups per step lost everywhere); at M = 2 two rows per
-    # program share each decoded word, at M = 3, 4 the tensor cores win. Weights 2-4 steps ahead
-    # (registers or a cp.async ring) lost or tied on every shape at M = 1, 2. 4 rows x 4 columns per
-    # thread would take 251 registers on sm_75 (offline SASS): 2 columns, 128.
+    # 2 columns x 4 words per thread on 4 warps, everything of the next group prefetched (stages 3),
+    # ~12 programs per SM by split-K: one group per step keeps the most groups in flight. The rows of
+    # a program share each decoded weight word (the decode is the cost on the CUDA cores). 4 rows x 4
+    # columns per thread would take 251 registers on sm_75 (offline SASS): 2 columns, 128. The
+    # constants are the H200 sweep's (bench/sweep_paro_decode.py; docs/perf.md).
     bm = m if m <= 2 else 4
     bn = 64 if bm == 4 else 128 if m > 1 or n // 64 >= 4 * sms else 64
     return split_decode(Tile(bm, bn, 4, 3 if m == 1 else 2, 1, NAME, 1), m, n, groups, sms, cap, 12, 8, smem)

@@ -20,13 +20,12 @@ MODE = paro_rotate.F16GF
 W4A16_ONLY = True
 WORDS = True  # reads the weights as int32 words
 MMA_GL_MAX_M = 16  # W4A16 rows 1..this on sm_80+
-# BN-64 decode programs that split-K leaves with this few groups run one m16 row tile per warp on
-# 4 warps instead of two on 2: on the H200 faster on out (6 groups per program) at M = 1..8, while
-# qkv at 10 groups lost and down at 17 tied
+# BN-64 programs that split-K leaves with this few groups each have too short a loop to hide the ring's
+# latency with two row tiles per warp: they run one per warp on 4 warps, twice the warps on the same grid
 SHORT_SPLIT_GROUPS = 8
-# 8-token tiles launched dependent on their prologue (kernels/pdl.py, sm_90+) up to this split: on
-# the H200 it saves a few % on gate_up (split 2) and qkv (split 4) at M = 1..8, while down and out
-# (split 8) and qkv's 16-token tile (split 2, 3 stages, M = 9..16) are slower with it
+# A dependent launch (kernels/pdl.py, sm_90+) hides the GEMM's launch behind its prologue, which pays
+# only where the GEMM is short next to its launch: the 8-token tiles up to this split. Longer grids
+# (split 8, the 16-token tiles) lose more to the wait at their top than the launch costs.
 PDL_MAX_SPLIT = 4
 # its 16-token tile on a stream-K grid takes 165 registers (offline SASS, sm_90): 3 programs of 4 warps per SM
 STREAM_PER_SM_16 = 3
@@ -50,18 +49,17 @@ def stream_tile(t: Tile, m: int, n: int, groups: int, sms: int, per_sm: int) -> 
 
 
 def decode_tile(m: int, n: int, groups: int, sms: int, cap: tuple[int, int], i8: bool = False) -> Tile:
-    # Tuned on the H200 (bench/sweep_paro_decode.py): the weights, activations, scales and zero
-    # points through a 4-stage cp.async ring (ptxas sinks a register prefetch to the loop's end);
-    # two m16 row tiles per warp: BN 128 on 4 warps on the widest layers (the program's activation
-    # copy shared by more rows), else BN 64 on 2; split-K to ~8 programs per SM counted in BN-64
-    # blocks (a power of two, <= 8). At M = 2..8 it beats gemv_gl and deqt on every shape; at M = 1
-    # it is ahead of the CUDA-core GEMV on gate_up, down and qkv, ~3 % behind on out.
-    # M = 9..16: 16 tokens per program on the same ring (3 stages) beat deqt on gate_up, down and qkv
-    # and lose ~3 % on out; split-K to about 5 programs per SM (132-146 registers: 3 to 7 programs
-    # fit) -- twice that lost on qkv. On gate_up that grid is 544 programs on 396 slots (1.37 waves),
-    # so the BN-128 layers run a stream-K grid of STREAM_PER_SM_16 programs per SM sharing all (tile,
-    # group) steps equally; on the BN-64 layers (down, qkv, out) and at M <= 8 stream-K lost or tied
-    # (1 program per tile fills the GPU already), so they keep split-K.
+    # The weights, activations, scales and zero points stream through a 4-stage cp.async ring (a
+    # register prefetch is sunk by ptxas to the loop's end, so it would not overlap the math). Two
+    # m16 row tiles per warp; BN 128 on 4 warps on layers wide enough to fill the GPU with them (the
+    # program's activation copy then serves more rows), else BN 64 on 2. Split-K to ~8 programs per
+    # SM counted in BN-64 blocks (a power of two, at most 8): enough weight loads in flight to
+    # stream the weights at full bandwidth. From 9 rows 16 tokens per program need more registers
+    # per stage: 3 stages, ~5 programs per SM (the 132-146 registers leave room for 3 to 7). Where
+    # BN-128 tiles leave the last wave partly empty (gate_up: 544 programs on 396 slots), a stream-K
+    # grid of STREAM_PER_SM_16 programs per SM shares all (tile, group) steps equally instead; on
+    # BN-64 layers one program per tile already fills the GPU. The constants are the H200 sweep's
+    # (bench/sweep_paro_decode.py; docs/perf.md).
     bn, warps = (128, 4) if n >= 128 * sms else (64, 2)
     limit = smem_limit(cap)
     if m <= 8:

@@ -1,8 +1,8 @@
 """`scratch`: the weight dequantized to an fp16 scratch, then cuBLAS (triton/paro_scratch.py), W4A16:
-every row above the decode band (on the H200 faster than the fused kernels at every prefill M
-measured, 128..2048, all four 27B shapes, by 1.03-2.9x; below Ampere the fused tile that fits 64 KB
-is too small for the tensor cores) but wgmma's band, and on Turing the decode rows above
-TURING_GEMV_MAX_M too (Triton's dots have no tensor cores there). It reads the activations
+every row above the decode band but wgmma's -- with enough rows cuBLAS' GEMM outruns any fused
+Triton tile, and the dequant's cost is amortized (docs/perf.md: the prefill rows on the H200); below
+Ampere the fused tile that fits 64 KB is too small for the tensor cores -- and on Turing the decode
+rows above TURING_GEMV_MAX_M too (Triton's dots have no tensor cores there). It reads the activations
 themselves (its own prologue), so it has its own forward and no tile."""
 
 from __future__ import annotations

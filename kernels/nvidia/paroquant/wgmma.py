@@ -1,10 +1,9 @@
 """`wgmma`: sm_90's fused W4A16 GEMM in Gluon (triton/paro_wgmma.py): fp16 wgmma with the weights
-dequantized into its register operand, the activations through a cp.async ring. On the H200 at
-M = 128 / 256 it beats the scratch path on gate_up and qkv by 1.3-1.8x (the scratch path's dequant
-of the whole weight does not shrink with M); down and out (N = 5120: too few programs without
-split-K) and every shape from M = 512 on except gate_up are faster on the scratch path. So it takes
-the prefill rows up to WGMMA_MAX_M on layers at least WGMMA_MIN_N wide, ahead of the scratch path,
-and every prefill row behind it (where the scratch path is disabled). Reads PLAINW activations."""
+dequantized into its register operand, the activations through a cp.async ring. The scratch path
+dequantizes the whole weight whatever M is, so for few prefill rows the fused kernel is ahead --
+on layers wide enough to fill the GPU without split-K (WGMMA_MIN_N), up to WGMMA_MAX_M rows, where
+the crossover lies on the H200 (docs/perf.md). Behind the scratch path it takes every prefill row
+(when the scratch path is disabled). Reads PLAINW activations."""
 
 from __future__ import annotations
 
@@ -43,8 +42,8 @@ decode_tile = None
 
 
 def prefill_tile(cap: tuple[int, int], m: int = 2048) -> Tile:
-    """On the H200 at M = 2048 on gate_up 256 x 128 beats deq 128 x 256 and deqt; 128-token tiles up
-    to WGMMA_BT128_MAX_M."""
+    """256 tokens x 128 rows (each dequantized weight fragment serves the most tokens), 128-token
+    tiles up to WGMMA_BT128_MAX_M, where 256 would leave too few programs."""
     return Tile(128 if m <= WGMMA_BT128_MAX_M else 256, 128, 8, 3, 1, NAME)
 
 

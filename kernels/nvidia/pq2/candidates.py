@@ -15,7 +15,7 @@ CANDIDATES: dict[str, list[Tile]] = {
        Tile(bn=16, gpi=8, warps=8, split=2), Tile(bn=16, gpi=16, warps=8, split=2), Tile(bn=16, gpi=8, warps=8, split=4),
        Tile(bn=64, gpi=8, warps=8, split=2)]
     # warps >= groups per step keep the activations in the tile's layout (1 conversion in the loop,
-    # 6 for down's 8 x 16 x 4 warps; offline TTGIR) -- and still lose on down, tie on out
+    # 6 for down's 8 x 16 x 4 warps; offline TTGIR)
     + [Tile(bn=8, gpi=16, warps=8), Tile(bn=8, gpi=8, warps=8), Tile(bn=8, gpi=16, warps=8, split=2)]
     # rr row sub-tiles per program, each activation load serving rr weight words per thread
     + [Tile(bn=16, gpi=8, rr=2), Tile(bn=32, gpi=8, rr=4), Tile(bn=32, gpi=8, rr=2), Tile(bn=16, gpi=16, warps=8, rr=2),
@@ -36,8 +36,8 @@ CANDIDATES: dict[str, list[Tile]] = {
        ((128, 16, 4), (128, 32, 2), (128, 32, 4), (64, 32, 2), (64, 32, 4), (64, 64, 4))]
     + [Tile(bn=128, bm=64, warps=8, split=2, one_dot=True), Tile(bn=64, bm=64, stages=4, split=2, one_dot=True)]
     + [Tile(bn=128, bm=32, split=s, stages=2, one_dot=True) for s in (2, 4)]
-    # 128x32 takes 156 registers (3 programs per SM; 64x64 took 232, which is likely why it lost);
-    # capped at 128: 4 programs, 984 instructions (928), 72 stack bytes
+    # 128x32 takes 156 registers (3 programs per SM; 64x64 takes 232: 2); capped at 128: 4 programs,
+    # for 984 instructions instead of 928 and 72 stack bytes
     + [Tile(bn=128, bm=32, split=s, one_dot=True, maxnreg=128) for s in (2, 4)],
     "prefill": [Tile(bn=64, bm=128), Tile(bn=64, bm=128, one_dot=True), Tile(bn=128, bm=64, one_dot=True),
                 Tile(bn=128, bm=128, one_dot=True), Tile(bn=64, bm=128, stages=4, one_dot=True),
@@ -51,18 +51,17 @@ CANDIDATES: dict[str, list[Tile]] = {
     "dp4a_rows": [Tile(bn=64, gpi=8, warps=8, mr=2), Tile(bn=32, gpi=8, warps=8, mr=2), Tile(bn=64, gpi=8, warps=8, mr=4),
                   Tile(bn=32, gpi=8, warps=8, mr=4), Tile(bn=8, gpi=16, mr=2), Tile(bn=8, gpi=16, mr=4),
                   Tile(bn=16, gpi=8, warps=4, mr=4)],
-    # Gluon mma.sync (pq2_gluon): bn = weight rows (16 x warps x a power of two), bt = 8 or 16
-    # tokens (the sweep times bt 16 only above M = 8); the weights of the next bc groups in
-    # registers (stages 1) or `stages` groups through a cp.async ring (bc 1). Loading two groups
-    # ahead through a register queue measured slower.
-    # Gluon async wgmma (pq2_gluon_wgmma, sm_90, M > 16): bn = 64 x warpgroups x a power of two, bt
+    # Gluon mma.sync (pq2_gluon): bn = weight rows (16 x warps x a power of two), bm = 8 or 16
+    # tokens (the sweep times bm 16 only above M = 8); the weights of the next gpi groups in
+    # registers (stages 1) or `stages` groups through a cp.async ring (gpi 1).
+    # Gluon async wgmma (pq2_gluon_wgmma, sm_90, M > 16): bn = 64 x warpgroups x a power of two, bm
     # tokens, `stages` >= 3 ring stages; no split-K.
     "gluon_wgmma": [Tile(bn=bn, bm=bt, warps=w, stages=st) for bn, w, bt in
                     ((64, 4, 64), (128, 4, 64), (128, 8, 128), (256, 8, 64)) for st in (4, 6, 8)]
     # narrow token tiles for M = 17..64
     + [Tile(bn=bn, bm=32, warps=4, stages=4) for bn in (64, 128)],
     # the warp-specialized wgmma kernel (pq2_gluon_ws, sm_90, M > 16): bn rows of one 128-row weight
-    # block, bt tokens, `stages` ring stages fed by one loader warp; maxnreg caps the registers per
+    # block, bm tokens, `stages` ring stages fed by one loader warp; maxnreg caps the registers per
     # thread before the partitions re-split them (80: 3 programs per SM, 128: 2).
     "gluon_ws": [Tile(bn=bn, bm=bt, warps=4, stages=4, maxnreg=r) for bn, bt, r in
                  ((128, 64, 128), (64, 64, 80), (128, 32, 128), (64, 32, 80))],

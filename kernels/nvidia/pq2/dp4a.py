@@ -1,6 +1,6 @@
 """`dp4a`: the DP4A GEMV (triton/pq2_gemv.py): M = 1 on every card, and every row below sm_80 (Triton
 has no int8 tensor-core dots on sm_75: its last entry in KERNELS). Launched dependent on the
-quantizer where the GPU can (kernels/pdl.py): on the H200 5-9 % faster at M = 1 on every shape."""
+quantizer where the GPU can (kernels/pdl.py): its short grid pays its launch in full otherwise."""
 
 from __future__ import annotations
 

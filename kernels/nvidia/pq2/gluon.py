@@ -1,8 +1,8 @@
 """`gluon`: int8 mma.sync in Gluon (triton/pq2_gluon.py), the weight words unpacked straight into the
-operand registers: M = 2..GLUON_MAX_M on sm_80+. On the H200 (best tile of each) faster than
-`planes` at M = 2..8 on gate_up, down, qkv and lm_head, a tie on out at M = 2 and 8 (the DP4A GEMV
-with two token rows ties or loses everywhere); at M = 16 (16 tokens per MMA) `planes` leads on
-every shape. Launched dependent on the quantizer where the GPU can: 3-6 % faster at M = 2..8."""
+operand registers: M = 2..GLUON_MAX_M on sm_80+. Up to 8 tokens its 8-token MMA wastes nothing and
+the words go to the tensor cores without a shared-memory round trip; at 16 tokens `planes`' full
+MMA tiles take over (the crossover on the H200: docs/perf.md). Launched dependent on the quantizer
+where the GPU can (kernels/pdl.py): its short grid pays its launch in full otherwise."""
 
 from __future__ import annotations
 

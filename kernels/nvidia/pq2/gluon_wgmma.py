@@ -1,9 +1,7 @@
 """`gluon_wgmma`: async int8 wgmma in Gluon (triton/pq2_gluon_wgmma.py), the weights unpacked into its
-register A operand; sm_90. The prefill band from WGMMA_MIN_M rows: on the H200 (best tile of each)
-faster than `planes` at M = 512 and 2048 on every shape; at M = 64 planes' split-K tiles keep down
-and out. On layers at least WGMMA_MIN_N wide from M = 17 (gluon_ws takes those up to 64): with 64 x
-32 token tiles at M <= 32 and 64 x 64 above it beats `planes` on gate_up, on qkv from M = 48 (a tie
-below) and on lm_head (2-3x); on N = 5120 planes' split-K tiles stay ahead. Bit-identical to legacy."""
+register A operand; sm_90. The prefill band from WGMMA_MIN_M rows, and from 17 rows on layers at
+least WGMMA_MIN_N wide (where its tiles alone fill the GPU; on narrower layers `planes`' split-K
+tiles stay ahead below WGMMA_MIN_M): the crossovers on the H200, docs/perf.md. Bit-identical to legacy."""
 
 from __future__ import annotations
 
@@ -31,8 +29,8 @@ SPEC = KernelSpec(f"pq2.{NAME}", "cuda", _rows, (9, 0), sm90, exact=True)
 
 
 def tile(n: int, k: int, m: int, sms: int, family: str) -> Tile:
-    # the H200's winners: 128 x 64 at M >= 512 on gate_up, down, qkv, out; 64 x 64 at M = 64; 64 x
-    # 32 at M <= 32 (~1.6x faster than 64 x 64 at M = 17)
+    # narrow token tiles for few rows (a 64-token tile half empty at M = 17 wastes its MMAs), 128
+    # weight rows once the rows fill the GPU (the H200 sweep's winners)
     return Tile(bn=128 if m > 64 else 64, bm=32 if m <= 32 else 64, warps=4, stages=4)
 
 

@@ -1,9 +1,8 @@
 """`gluon_ws`: the warp-specialized int8 wgmma kernel in Gluon (triton/pq2_gluon_ws.py: a loader warp
-feeds TMA stages, the warpgroup only waits, unpacks, multiplies and folds); sm_90. It takes the wide
-layers' (N >= WGMMA_MIN_N) M = 17..64 and the narrow layers' M = 65..WS_MAX_M: there, on the H200,
-it beats the path it replaced (gate_up and qkv at M = 17..64, lm_head at M = 17 and a tie at 64,
-down and out at M = 512). It loses at M = 2048 on every shape and above M = 64 on the wide ones; on
-N = 5120 at M <= 64 planes' split-K tiles keep down. Bit-identical to legacy."""
+feeds TMA stages, the warpgroup only waits, unpacks, multiplies and folds); sm_90. The loader warp
+hides the loads where the grid is short (the wide layers' M = 17..64, the narrow layers' M =
+65..WS_MAX_M); with many rows gluon_wgmma's larger tiles win (the crossovers on the H200,
+docs/perf.md). Bit-identical to legacy."""
 
 from __future__ import annotations
 
@@ -31,7 +30,8 @@ SPEC = KernelSpec(f"pq2.{NAME}", "cuda", _rows, (9, 0), sm90, exact=True)
 
 
 def tile(n: int, k: int, m: int, sms: int, family: str) -> Tile:
-    # the H200's winners: 64 rows x 32 tokens up to M = 32, x 64 above, at 3 programs per SM
+    # 64 weight rows x 32 tokens up to M = 32, x 64 above; 80 registers fit 3 programs per SM (the
+    # H200 sweep's winners)
     return Tile(bn=64, bm=32 if m <= 32 else 64, warps=4, stages=4, maxnreg=80)
 
 

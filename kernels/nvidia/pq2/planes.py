@@ -17,7 +17,7 @@ from radiance.kernels.triton.pq2_planes import pq2_planes_gemm
 
 NAME = "planes"
 PLANES = True
-DEPENDENT = False  # its split-K reduce dependent on it in turn: 14-31 % slower on out, qkv and down (H200)
+DEPENDENT = False  # its split-K reduce would wait on it in turn: the chain loses more than the launch costs
 SPEC = KernelSpec(f"pq2.{NAME}", "cuda", lambda t: (2, ROWS_MAX), (8, 0), None, exact=True)
 
 
