@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import sys
 
+from radiance.kernels import methods
+
 log = logging.getLogger("radiance.plugin")
 
 
@@ -27,8 +29,7 @@ def register_all() -> None:
     check_vllm()  # a vLLM outside the tested range fails here, naming both versions
     from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS, get_quantization_config
 
-    from radiance.kernels import methods
-    from radiance.plugin import custom_op, producer_ops
+    from radiance.plugin import custom_op, producer_ops  # they import vLLM: after its version is checked
 
     custom_op.register_op()
     producer_ops.register_ops()

@@ -14,6 +14,7 @@ import torch
 
 from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
 from radiance.kernels.hip import kernels, mxfp4_layout
+from radiance.kernels.hip import ops as hip_ops
 from radiance.kernels.hip.paroquant import plan, produced_by
 from radiance.kernels.linear import PreparedLinear
 from radiance.kernels.producers import Producer
@@ -31,8 +32,6 @@ def prepare(prep: PreparedLinear, t: Mxfp4Tensors) -> None:
 
 
 def forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    from radiance.kernels.hip import ops as hip_ops
-
     args = hip_ops.mxfp4_op_args(prep.data[KEY])  # type: ignore[arg-type]
     y = torch.ops.radiance_hip.paroquant_mxfp4_linear(x, *args)
     return y if bias is None else y + bias.to(y.dtype)

@@ -15,6 +15,8 @@ import torch
 from radiance.kernels import registry
 from radiance.kernels.formats.paroquant import ParoTensors
 from radiance.kernels.hip import kernels, layout
+from radiance.kernels.hip import lib as hip_lib
+from radiance.kernels.hip import ops as hip_ops  # registers the custom ops (torch.ops.radiance_hip)
 from radiance.kernels.linear import PreparedLinear
 from radiance.kernels.producers import Producer
 
@@ -23,8 +25,6 @@ KEY = "hip"  # prep.data's entry
 
 def plan(prep: PreparedLinear, specs: list[registry.KernelSpec]) -> registry.Plan:
     """The layer's rows on the decode / prefill kernels (and where the HIP library is loaded from)."""
-    from radiance.kernels.hip import ops as hip_ops  # registers the custom ops (torch.ops.radiance_hip)
-
     hip_ops.use_kernel_dir(prep.config.kernel_dir)
     return registry.choose(specs, registry.Target.of(prep.method, "rocm", prep.out_features, prep.in_features,
                                                      prep.config))
@@ -40,8 +40,6 @@ def prepare(prep: PreparedLinear, t: ParoTensors) -> None:
 
 
 def forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    from radiance.kernels.hip import ops as hip_ops
-
     y = torch.ops.radiance_hip.paroquant_linear(x, *hip_ops.op_args(prep.data[KEY]))  # type: ignore[arg-type]
     return y if bias is None else y + bias.to(y.dtype)
 
@@ -53,7 +51,5 @@ def produced(prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None
 def produced_by(key: str, prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None) -> torch.Tensor:
     """The producer computed inside the HIP rotate+quant kernel (pq_produce), then the layer's GEMM
     (prep.data[key]: the int4 or the MXFP4 layout)."""
-    from radiance.kernels.hip import lib as hip_lib, ops as hip_ops
-
     return hip_lib.produced_linear(hip_ops.library(), producer, prep.data[key],  # type: ignore[arg-type]
                                    None if bias is None else bias.to(producer.dtype))
