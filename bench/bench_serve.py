@@ -51,6 +51,7 @@ class Server:
         self.quant = stack.quant
         self.env = dict(stack.env) | dict(stack.mode(mode).env)
         self.log = logs / f"{name}-{mode}.log"
+        self.refused = ""  # radiance-launch's refusal of this stack here (a result: the table says so)
         self.triton = self._triton_dir()
         self.proc: subprocess.Popen | None = None
 
@@ -59,12 +60,17 @@ class Server:
         return [sys.executable, "-P", "-m", "radiance.launcher.cli", self.name, "--stacks", str(self.stacks.resolve()),
                 "--mode", self.mode, *extra]
 
-    def _triton_dir(self) -> Path:
-        dry = subprocess.run(self._cmd("--dry-run"), capture_output=True, text=True, check=True).stdout
-        m = re.search(r"^export TRITON_CACHE_DIR=(.+)$", dry, re.M)
+    def _triton_dir(self) -> Path | None:
+        dry = subprocess.run(self._cmd("--dry-run"), capture_output=True, text=True)
+        if dry.returncode:
+            self.refused = (dry.stderr.strip().splitlines() or [f"exit {dry.returncode}"])[-1]
+            return None
+        m = re.search(r"^export TRITON_CACHE_DIR=(.+)$", dry.stdout, re.M)
         return Path(shlex.split(m.group(1))[0])
 
     def start(self) -> None:
+        if self.refused:
+            raise RuntimeError(self.refused)
         self.started_at, self.kernels_before = time.monotonic(), cache_entries(self.triton)
         with self.log.open("ab") as f:
             self.proc = subprocess.Popen(self._cmd(), stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
@@ -215,11 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.parallel_start:
             for s in servers:
-                s.start()
+                if not s.refused:
+                    s.start()
         for s in servers:
-            if s.proc is None:
-                s.start()
             try:
+                if s.proc is None:
+                    s.start()
                 result["runs"][s.name] = run = serve_one(s, args, ours)
                 _print(s.name, run)
             except Exception as e:  # one stack's failure is a result; the others still run

@@ -5,6 +5,7 @@
 
 Inputs (each the output of one run, on the device or the CPU machine, committed as it came back):
 - serve-*.json: bench/bench_serve.py in prod mode (date, GPU or cpu, commit and versions inside);
+- step-*.json: bench/profile_step.py runs gathered per GPU (one decode step per kernel, each stack alone);
 - checks-*.json: bench/serve_compare.py --record (CHECKALL, prod against eval, the CPU reference, JIT compiles);
 - paro-*.jsonl: bench/bench_paro.py rows (the paroquant kernels against cuBLAS and vLLM's int4 kernels);
 - pq2-*.jsonl: bench/bench_pq2.py rows;
@@ -171,8 +172,9 @@ def kernels(path: Path) -> list[str]:
            "random data. Roofline: the 4.25-bit weight bytes at the streaming-read bandwidth measured in the same "
            "run. Machete / Marlin: vLLM's int4 kernels (what `awq_marlin` serves; Machete is its choice on sm_90) "
            "on the same codes through vLLM's own AWQ linear method.", "",
-           "| shape | N | K | M | W4A16 µs | W4A8 µs | roofline µs | cuBLAS bf16 | Machete | Marlin | tinygemm | W4A16 ×Marlin |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "W4A16 and W4A8 include the rotation (its own launch).", "",
+           "| shape | N | K | M | W4A16 µs | W4A8 µs | roofline µs | cuBLAS bf16 | Machete | Marlin | tinygemm | W4A16 ×Machete | W4A16 ×Marlin |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     by = {}
     for r in rows:
         by.setdefault((r["shape"], r["N"], r["K"], r["M"]), {})[r["path"]] = r
@@ -180,8 +182,8 @@ def kernels(path: Path) -> list[str]:
     for (shape, n, k, m), paths in by.items():
         a, b = paths.get("w4a16"), paths.get("w4a8")
         any_ = a or b
-        marlin = any_.get("marlin_us")
-        ratio = f"{marlin / a['us']:.2f}" if a and marlin else "—"
+        marlin, machete = any_.get("marlin_us"), any_.get("machete_us")
+        ratio = " | ".join(f"{x / a['us']:.2f}" if a and x else "—" for x in (machete, marlin))
         out.append(f"| {shape} | {n} | {k} | {m} | {f(a and a['us'])} | {f(b and b['us'])} | {f(any_['roofline_us'])} | "
                    f"{f(any_['cublas_bf16_us'])} | {f(any_.get('machete_us'))} | {f(marlin)} | "
                    f"{f(any_.get('tinygemm_us'))} | {ratio} |")
@@ -303,6 +305,56 @@ def served(serve: Path) -> list[str]:
     return out
 
 
+def _kind(k: dict) -> str:
+    """A kernel's part of a decode step, by its name and calls per step (16 layers: the linears run 16x,
+    32x, 48x or 64x a step; the lm_head once)."""
+    for part, keys in (("rotation", ("rotate", "produce")), ("attention", ("attention", "reduce_segments")),
+                       ("norm / act", ("rms_norm", "silu", "act_and_mul"))):
+        if any(key in k["name"] for key in keys):
+            return part
+    if k["calls_per_step"] >= 16 and any(key in k["name"] for key in ("paro", "marlin", "cutlass", "nvjet", "gemm")):
+        return "linears"
+    return "other"
+
+
+def steps(path: Path) -> list[str]:
+    """bench/profile_step.py runs: one decode step per kernel, each stack served alone."""
+    r = json.loads(path.read_text())
+    runs = r["runs"]
+    commits = sorted({x["commit"][:10] for x in runs.values()})
+    base = {k: runs[k] for k in ("awq", "awq-marlin") if k in runs}
+    out = [f"## One decode step, per kernel: {r['gpu']}, {r['date']}, commit `{'`, `'.join(commits)}`", "",
+           f"`bench/profile_step.py` over `{Path(r['stacks_file']).name}`: each stack served alone by vLLM "
+           f"{r['versions']['vllm']}'s `LLM` engine in one process (torch.compile + CUDA graphs, async scheduling, "
+           "Triton attention), stepped by hand; requests of 64 random prompt tokens, greedy. Step: wall time per decode "
+           "step without the profiler; GPU busy: the union of the kernels' intervals under torch.profiler (CUDA "
+           "activity sees the kernels inside graph replays). Model: " + MODEL_27B + ". `awq`: vLLM's `awq_marlin`, "
+           "which picks Machete on sm_90; `awq-marlin`: the same with Machete disabled (`VLLM_DISABLED_KERNELS`), "
+           "Marlin, what `awq_marlin` runs on sm_80-sm_89.", "",
+           "| stack | c | tok/s | ×awq | ×awq-marlin | step µs | GPU busy µs | launches | layers' linears µs | "
+           "rotation µs | attention µs | norms µs | lm_head and the rest µs |", "|---" * 13 + "|"]
+    f = lambda x: "—" if x is None else f"{x:.2f}"  # noqa: E731
+    for name, run in runs.items():
+        for c, row in run["by_concurrency"].items():
+            parts: dict[str, float] = {}
+            for k in row["top"]:
+                parts[_kind(k)] = parts.get(_kind(k), 0.0) + k["us_per_step"]
+            named = ("linears", "rotation", "attention", "norm / act")
+            rest = row["gpu_busy_us"] - sum(parts.get(p, 0.0) for p in named)
+            ratios = [f(row["tokens_per_s"] / b["by_concurrency"][c]["tokens_per_s"]) if c in b["by_concurrency"] else "—"
+                      for b in base.values()]
+            out.append(f"| `{name}` | {c} | {row['tokens_per_s']:.0f} | " + " | ".join(ratios) +
+                       f" | {row['wall_us']:.0f} | {row['gpu_busy_us']:.0f} | {row['kernels_per_step']:.0f} | "
+                       + " | ".join(f"{parts.get(p, 0.0):.0f}" for p in named) + f" | {rest:.0f} |")
+    out += ["", "Largest kernels per step at one request (µs):", ""]
+    for name, run in runs.items():
+        row = run["by_concurrency"].get("1")
+        if row:
+            out.append(f"- `{name}`: " + "; ".join(f"`{k['name'][:48]}` {k['us_per_step']:.0f} ({k['calls_per_step']:.0f}×)"
+                                                 for k in row["top"][:6]))
+    return out + [""]
+
+
 def page() -> str:
     lines = ["# Performance", "",
              "Generated by `python bench/perf_page.py` from the latest results in `bench/results/` (one run each, "
@@ -311,6 +363,8 @@ def page() -> str:
     for p in sorted(RESULTS.glob("serve-*.json")):
         if not p.name.startswith("serve-producers-"):
             lines += serving(p)
+    for p in sorted(RESULTS.glob("step-*.json")):
+        lines += steps(p)
     for p in sorted(RESULTS.glob("checks-*.json")):
         lines += checks(p)
     for p in sorted(RESULTS.glob("paro-*.jsonl")):

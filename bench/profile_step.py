@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--stacks", required=True, type=Path)
     ap.add_argument("--stack", required=True)
+    ap.add_argument("--env", action="append", default=[], help="K=V on top of the stack's (repeatable), e.g. "
+                    "VLLM_DISABLED_KERNELS=MacheteLinearKernel for awq_marlin on Marlin")
+    ap.add_argument("--label", default="", help="name of this run (default: the stack's)")
     ap.add_argument("--concurrency", default="1,4,16")
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--warm-steps", type=int, default=16)
@@ -72,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     from radiance.stack import load_stacks
 
     stack = load_stacks(a.stacks).get(a.stack)
-    a.name, a.quant = a.stack, stack.quant
+    a.name, a.quant = a.label or a.stack, stack.quant
     a.model = paths.models_dir() / stack.model
-    env = {**stack.env, **stack.prod.env}
+    env = {**stack.env, **stack.prod.env, **dict(kv.split("=", 1) for kv in a.env)}
     os.environ.update(env)
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 

@@ -28,6 +28,9 @@ INT4_MISSING = ("RADIANCE_CPU_WEIGHTS=int4: this vLLM build has no CPU int4 GEMM
                 "cpu_gemm_wna16 in its AVX-512 kernels only); serve RADIANCE_CPU_WEIGHTS=folded (the default)")
 
 
+VLLM_INT4_METHODS = ("awq", "gptq")  # vLLM's own int4 methods: CPUWNA16 on CPU
+
+
 class CpuPathError(RuntimeError):
     """A CPU stack asks for a path this CPU / vLLM build does not have; the message says what to use."""
 
@@ -117,6 +120,10 @@ def plan(quant: str, cpu_weights: str, stack_dtype: str, max_num_seqs: int | Non
     name = str(torch_dtype).removeprefix("torch.")
     unquantized = _branch(torch_dtype)
     paths = [("unquantized linears (lm_head, skipped layers)", unquantized)]
+    if quant in VLLM_INT4_METHODS and not int4_gemm_available():
+        raise CpuPathError(f"quant {quant}: vLLM serves it on CPU with its int4 GEMM (cpu_gemm_wna16), which this vLLM "
+                           "build has only for AVX-512 CPUs; on this CPU serve a radiance checkpoint "
+                           "(`radiance quantize … --format paroquant`, RADIANCE_CPU_WEIGHTS=folded)")
     if quant in plugin_methods:
         if cpu_weights in ("fp32", "int8"):
             paths.append((quant, f"the exact reference in fp32 (RADIANCE_CPU_WEIGHTS={cpu_weights}: the judge, slow)"))

@@ -76,7 +76,8 @@ class CrashScanner:
         return replace(self._found, error=" ".join([self._found.error, *self._detail]))
 
     def feed(self, line: str) -> None:
-        proc, level, text = _split(line.rstrip("\n"))
+        # a raw stream's line: vLLM's workers end theirs with \r\n, progress bars redraw with \r
+        proc, level, text = _split(line.rstrip("\r\n").rsplit("\r", 1)[-1])
         if self._found is not None:
             if self._detail is not None and proc == self._found.process:
                 if text[:1].isspace() and text.strip() and len(self._detail) < DETAIL_LINES:

@@ -4,6 +4,7 @@ vLLM build lacks (the real CPUs: plugin/tests/test_cpu_gemm_branches.py, test_av
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,14 @@ def test_int4_is_refused_in_fp32(launch_home, tmp_path, monkeypatch, no_bf16_mat
     monkeypatch.setattr(cpu_host, "int4_gemm_available", lambda: True)
     code, _, err = _dry_run(tmp_path)
     assert code == 2 and "takes 16-bit activations but this stack serves float32" in err
+
+
+def test_vllms_own_awq_is_refused_where_its_cpu_int4_gemm_is_missing(launch_home, tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu_host, "int4_gemm_available", lambda: False)
+    awq = launch_home / "models" / "awq-model"
+    awq.mkdir(parents=True)
+    (awq / "config.json").write_text(json.dumps({"model_type": "qwen2", "quantization_config": {
+        "quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}}))
+    (awq / "chat_template.jinja").write_text("{{ messages }}")
+    code, _, err = _dry_run(tmp_path, quant="awq", model="awq-model")
+    assert code == 2 and "quant awq: vLLM serves it on CPU with its int4 GEMM (cpu_gemm_wna16)" in err, err

@@ -63,6 +63,13 @@ def test_every_method_on_every_branch(branch, method, dtype, cpu_weights, vllm_d
         pytest.skip(f"oneDNN has no {dtype} matmul on this CPU (the forced `torch` case covers it)")
     if branch == "small-gemm" and dtype == torch.float32:
         pytest.skip("vLLM's small-GEMM kernel takes 16-bit weights only")
+    if branch == "small-gemm" and not hasattr(torch.ops._C, "convert_weight_packed"):
+        pytest.skip("this CPU's vLLM kernel library has no small-GEMM kernel (vLLM never picks it here)")
+    from radiance.plugin.cpu_host import int4_gemm_available
+
+    if cpu_weights == "int4" and method == "paroquant" and not int4_gemm_available():
+        pytest.skip("vLLM has no CPU int4 GEMM for this CPU (test_int4_without_vllms_int4_kernel_fails_at_load_... "
+                    "covers the refusal)")
     monkeypatch.setenv("RADIANCE_CPU_WEIGHTS", cpu_weights)
     force(branch, monkeypatch)
     if cpu_weights == "int4" and method == "paroquant" and dtype == torch.float32:

@@ -26,6 +26,11 @@ def _paro(n: int, k: int, seed: int):
 def test_fast_cpu_paths_match_the_reference(mode, vllm_dist, monkeypatch):
     from radiance.plugin.cpu_gemm import use_vllm_gemm
 
+    from radiance.plugin.cpu_host import int4_gemm_available
+
+    if mode == "int4" and not int4_gemm_available():
+        pytest.skip("vLLM has no CPU int4 GEMM for this CPU (its AVX-512 kernels only; the refusal: "
+                    "test_cpu_gemm_branches.py)")
     monkeypatch.setenv("RADIANCE_CPU_WEIGHTS", mode)
     parts = [_paro(128, 384, 1), _paro(64, 384, 2), _paro(64, 384, 3)]  # three rotations: three runs
     prep = ops.prepare_parts("paroquant", parts)

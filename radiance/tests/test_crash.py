@@ -60,3 +60,13 @@ def test_a_multi_line_message_keeps_its_first_detail_line():
     assert c.error == ("pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig Value error, "
                        "config.json quantization_config: paroquant group_size must be 128, got 64")
     assert first_crash(lines[:4]).error == c.error  # a stream that ends inside the message
+
+
+def test_a_raw_stream_with_crlf_and_progress_redraws():
+    """What the supervisor reads: bytes split at \\n only (vLLM's workers end lines with \\r\\n)."""
+    raw = [ln + "\r\n" for ln in LOG]
+    raw.insert(0, "Loading: 10%\rLoading: 100%\n")
+    s = CrashScanner()
+    for line in raw:
+        s.feed(line)
+    assert s.crash is not None and s.crash.error.startswith("TypeError: linear()")

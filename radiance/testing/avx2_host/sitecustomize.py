@@ -11,17 +11,38 @@ the CPU's own flags (cpuinfo), e.g. whether torch's bf16 matmul goes through one
 test must ask torch.cpu (or oneDNN), as vLLM does.
 """
 
+import importlib.abc
+import importlib.machinery
 import os
+import sys
 
 os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
 os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
 
-try:
-    import torch.cpu as _cpu
-except ImportError:  # an interpreter without torch (a launcher shim) has nothing to emulate
-    pass
-else:
-    for _name in ("_is_avx512_supported", "_is_avx512_vnni_supported", "_is_avx512_bf16_supported",
-                  "_is_amx_tile_supported", "_is_amx_fp16_supported"):
-        if hasattr(_cpu, _name):
-            setattr(_cpu, _name, lambda: False)
+_NO = ("_is_avx512_supported", "_is_avx512_vnni_supported", "_is_avx512_bf16_supported", "_is_amx_tile_supported",
+       "_is_amx_fp16_supported")
+
+
+class _PatchTorchCpu(importlib.abc.MetaPathFinder):
+    """Patches torch.cpu's capability queries when (and only if) a process imports torch, so a process
+    that never does (the launcher's supervisor) stays as small as on a real host."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "torch.cpu":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            for attr in _NO:
+                if hasattr(module, attr):
+                    setattr(module, attr, lambda: False)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _PatchTorchCpu())
