@@ -173,7 +173,7 @@ def main():
     ap.add_argument("--ms", default=",".join(map(str, MS)), help="row counts timed (comma list)")
     ap.add_argument("--sweep-ms", default=",".join(map(str, SWEEP_MS)), help="row counts whose tiles are swept")
     ap.add_argument("--scratch-rows", default="", help="also time the scratch path with the weight dequantized in "
-                    "pieces of these rows (comma list, 0 = whole; paro_ops.scratch_piece_rows) at every prefill M")
+                    "pieces of these rows (comma list, 0 = whole; RADIANCE_PQ_SCRATCH_ROWS) at every prefill M")
     ap.add_argument("--sweep-kinds", default="", help="only these kinds' tiles are swept (comma list; default all)")
     ap.add_argument("--no-extras", action="store_true", help="skip the prologue-alone and 4-layer stack timings")
     args = ap.parse_args()

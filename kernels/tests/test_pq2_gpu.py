@@ -190,18 +190,18 @@ def test_split_k_deterministic_and_plan_matches_launcher():
 
 
 def test_skinny_gemm():
-    from radiance.kernels import pq2_ops
+    from radiance.kernels.nvidia.dense import skinny
 
     dev = _cuda()
     for n, k in [(96, 5120), (100, 1152)]:
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
         for m in [1, 2, 3, 7, 16]:
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            y = pq2_ops.skinny_linear(x, w)
+            y = skinny.linear(x, w)
             ref = x.double() @ w.double().t()
             err = ((y.double() - ref).norm() / ref.norm()).item()
             assert err <= 2e-3, f"skinny N={n} K={k} M={m}: rel err {err:.2e}"
-            assert torch.equal(y, pq2_ops.skinny_linear(x, w)), "split-K reduction must be deterministic"
+            assert torch.equal(y, skinny.linear(x, w)), "split-K reduction must be deterministic"
 
 
 def test_dependent_launch_bit_identical_back_to_back():
