@@ -100,16 +100,22 @@ class Plan:
                          for lo, hi, s in self.pieces)
 
 
-def check_disabled(names: frozenset[str]) -> None:
-    """RADIANCE_DISABLED_KERNELS names only kernels some registry has (a name of a registry not
-    imported yet is still a name: every method's registries are imported, as its MethodSpec names them)."""
-    if not names - set(ALL):
-        return
+def known() -> set[str]:
+    """Every kernel name of every method on every platform (each registry the MethodSpecs name is
+    imported: importing one registers its names)."""
     for spec in methods.METHODS.values():
         for entry in spec.platforms.values():
             if entry.kernels:
-                methods.resolve(entry.kernels)  # importing a registry registers its names
-    unknown = names - set(ALL)
+                methods.resolve(entry.kernels)
+    return set(ALL)
+
+
+def check_disabled(names: frozenset[str]) -> None:
+    """RADIANCE_DISABLED_KERNELS names only kernels some registry has (a name of a registry not
+    imported yet is still a name)."""
+    if not names - set(ALL):
+        return
+    unknown = names - known()
     if unknown:
         raise ValueError(f"RADIANCE_DISABLED_KERNELS names {', '.join(sorted(unknown))}, which no registry has; "
                          f"kernels: {', '.join(sorted(ALL))}")

@@ -46,6 +46,11 @@ def turing(t: Target) -> bool:
     return (t.cap or (9, 0)) < (8, 0)  # no capability: the interpreter, tiles as on the H200
 
 
+def gemv_rows(most: int):
+    """A CUDA-core GEMV's rows: 1..most, and on Turing every decode row up to TURING_GEMV_MAX_M."""
+    return lambda t: (1, TURING_GEMV_MAX_M if turing(t) else most)
+
+
 def split_decode(t: Tile, m: int, n: int, groups: int, sms: int, cap: tuple[int, int], per_sm: int, most: int,
                  smem) -> Tile:
     """A decode tile split along K to ~per_sm programs per SM (at most `most` ways, >= 2 groups per

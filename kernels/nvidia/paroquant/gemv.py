@@ -4,10 +4,9 @@ to where the Gluon kinds are disabled or cannot run (the interpreter). Reads ROT
 
 from __future__ import annotations
 
-from radiance.kernels.nvidia.paroquant.common import (
-    TURING_GEMV_MAX_M, launch_triton, split_decode, staged_smem, turing, w4a16)
+from radiance.kernels.nvidia.paroquant.common import gemv_rows, launch_triton, split_decode, staged_smem, w4a16
 from radiance.kernels.nvidia.tile import Tile
-from radiance.kernels.registry import KernelSpec, Target
+from radiance.kernels.registry import KernelSpec
 from radiance.kernels.triton import paro_gemm, paro_rotate
 
 NAME = "gemv"
@@ -15,13 +14,7 @@ MODE = paro_rotate.ROT32P
 W4A16_ONLY = True
 WORDS = True
 GEMV_MAX_M = 1
-
-
-def _rows(t: Target) -> tuple[int, int]:
-    return 1, TURING_GEMV_MAX_M if turing(t) else GEMV_MAX_M
-
-
-SPEC = KernelSpec(f"paroquant.{NAME}", "cuda", _rows, None, w4a16)
+SPEC = KernelSpec(f"paroquant.{NAME}", "cuda", gemv_rows(GEMV_MAX_M), None, w4a16)
 
 
 smem = staged_smem

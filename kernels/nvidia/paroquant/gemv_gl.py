@@ -4,9 +4,9 @@ mma_gl does not take them, 1..TURING_GEMV_MAX_M on Turing. Reads ROT32P activati
 
 from __future__ import annotations
 
-from radiance.kernels.nvidia.paroquant.common import TURING_GEMV_MAX_M, gluon_w4a16, split_decode, turing
+from radiance.kernels.nvidia.paroquant.common import gemv_rows, gluon_w4a16, split_decode
 from radiance.kernels.nvidia.tile import Tile
-from radiance.kernels.registry import KernelSpec, Target
+from radiance.kernels.registry import KernelSpec
 from radiance.kernels.triton import paro_rotate
 
 NAME = "gemv_gl"
@@ -14,13 +14,7 @@ MODE = paro_rotate.ROT32P
 W4A16_ONLY = True
 WORDS = True
 GEMV_GL_MAX_M = 2
-
-
-def _rows(t: Target) -> tuple[int, int]:
-    return 1, TURING_GEMV_MAX_M if turing(t) else GEMV_GL_MAX_M
-
-
-SPEC = KernelSpec(f"paroquant.{NAME}", "cuda", _rows, None, gluon_w4a16)
+SPEC = KernelSpec(f"paroquant.{NAME}", "cuda", gemv_rows(GEMV_GL_MAX_M), None, gluon_w4a16)
 
 
 def smem(t: Tile, act_bytes: int = 2) -> int:
