@@ -26,6 +26,7 @@ from baselines import gemlite_layer, vllm_awq_layer  # bench/ (run from the repo
 from timing import graph_time, run_header
 
 from radiance.kernels import paro_ops as ops
+from radiance.kernels.nvidia import pool
 from radiance.testing import paro_random as rnd
 from radiance.kernels.triton import paro_rotate as pr
 from radiance.kernels.triton import paro_scratch
@@ -159,7 +160,7 @@ def with_split(layer, m, t):
         else ops.tile_for(layer, m).split
     sp = base if t.split == 0 else min(16, base * 2) if t.split == -2 else t.split
     # the layer reserved partials for its own splits only: grow them for the swept one
-    ops.reserve_scratch(layer.wb.device, sp * m * layer.n, 0)
+    pool.reserve(layer.wb.device, sp * m * layer.n)
     return dataclasses.replace(t, split=sp)
 
 
@@ -172,7 +173,7 @@ def main():
     ap.add_argument("--ms", default=",".join(map(str, MS)), help="row counts timed (comma list)")
     ap.add_argument("--sweep-ms", default=",".join(map(str, SWEEP_MS)), help="row counts whose tiles are swept")
     ap.add_argument("--scratch-rows", default="", help="also time the scratch path with the weight dequantized in "
-                    "pieces of these rows (comma list, 0 = whole; paro_ops.scratch_piece_rows) at every prefill M")
+                    "pieces of these rows (comma list, 0 = whole; RADIANCE_PQ_SCRATCH_ROWS) at every prefill M")
     ap.add_argument("--sweep-kinds", default="", help="only these kinds' tiles are swept (comma list; default all)")
     ap.add_argument("--no-extras", action="store_true", help="skip the prologue-alone and 4-layer stack timings")
     args = ap.parse_args()
@@ -257,11 +258,11 @@ def main():
             runs = [("w4a16", p16, "a16w4"), ("w4a8", p8, "a8w4")]
             if ops.kind_for(p16[0], m) not in ("scratch", "mma_gl", "gemv_gl", "gemv", "deqt"):
                 # the dequant-to-scratch + cuBLAS path on the same weights, paired in this run
-                ops.reserve_scratch(p16[0].wb.device, 0, n * k)
+                pool.reserve(p16[0].wb.device, deq=n * k)
                 runs.append(("w4a16_scratch", [ops.with_kernel(l, "scratch") for l in p16], None))
             for piece in (map(int, args.scratch_rows.split(",")) if args.scratch_rows and m > 64 else ()):
                 # the scratch path at every prefill M (no wgmma band), whole or in pieces, paired in this run
-                ops.reserve_scratch(p16[0].wb.device, 0, n * k)
+                pool.reserve(p16[0].wb.device, deq=n * k)
                 paro_scratch.side_stream(p16[0].wb.device)
                 runs.append((f"w4a16_scratch_r{piece}", [dataclasses.replace(ops.with_kernel(l, "scratch"),
                                                                             scratch_rows=piece) for l in p16], None))

@@ -10,7 +10,7 @@ weights rotated among copies larger than L2. Rows are appended to $OUT/results.j
 
 The tuner: with --sweep every candidate tile is timed, and --write-tiles keeps per (kernel, shape,
 tile class) the tile fastest summed over the class's row counts, merged into that card's file
-(pq2_table.tuned reads it; the heuristic serves what it lacks).
+(kernels/nvidia/pq2 reads it; the heuristic serves what it lacks).
 """
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ from timing import graph_time, run_header
 from radiance.kernels import pq2_ops
 from radiance.kernels.launch import Launch
 from radiance.kernels.formats.pq2 import pack_ternary
-from radiance.kernels import pq2_table
-from radiance.kernels.pq2_table import CANDIDATES, SkinnyTile, tile_class
+from radiance.kernels.nvidia import pq2 as pq2_table
+from radiance.kernels.nvidia.dense import skinny
+from radiance.kernels.nvidia.pq2 import tile_class
+from radiance.kernels.nvidia.pq2.candidates import CANDIDATES
 
 SHAPES = {"gate_up": (34816, 5120), "down": (5120, 17408), "qkv": (14336, 5120), "out": (5120, 6144),
           "lm_head": (248320, 5120)}
@@ -216,7 +218,7 @@ def variants(m, n, k, swept: set, legacy=True):
             for t in (CANDIDATES[path] if path in swept else [None]):
                 yield path, t
     if b == "small":
-        tiles = [c for c in CANDIDATES["gluon"] if c.bt == 8 or m > 8]
+        tiles = [c for c in CANDIDATES["gluon"] if c.bm == 8 or m > 8]
         # "gluon_sk": the table's tile and the stream-K candidates only
         for t in (tiles if "gluon" in swept else [None] + [c for c in tiles if c.persist] if "gluon_sk" in swept else [None]):
             yield "gluon", t
@@ -232,9 +234,9 @@ def bench_skinny(ms, bw, emit):
         roof = (2 * n * k + 2 * m * (n + k)) / bw * 1e6
         cub = graph_time([lambda w=w, x=xs[i % 4]: x @ w.t() for i, w in enumerate(ws)])
         res = {}
-        for t in [SkinnyTile(), SkinnyTile(bn=32, ksplit=512), SkinnyTile(bn=64, ksplit=256), SkinnyTile(bn=32, bk=64, ksplit=128),
-                  SkinnyTile(bn=16, ksplit=256)]:
-            res[t] = graph_time([lambda w=w, x=xs[i % 4]: pq2_ops.skinny_linear(x, w, tile=t, force=True)
+        for t in [skinny.tile(), skinny.tile(bn=32, ksplit=512), skinny.tile(bn=64, ksplit=256),
+                  skinny.tile(bn=32, bk=64, ksplit=128), skinny.tile(bn=16, ksplit=256)]:
+            res[t] = graph_time([lambda w=w, x=xs[i % 4]: skinny.linear(x, w, tile=t, force=True)
                                  for i, w in enumerate(ws)])
             emit({"method": "bf16", "path": "skinny", "tile": t.__dict__, "N": n, "K": k, "M": m, "us": round(res[t], 2),
                   "roofline_us": round(roof, 2), "cublas_bf16_us": round(cub, 2), "gemlite_us": None})

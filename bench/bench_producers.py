@@ -80,7 +80,7 @@ def bench_sites(gen, emit) -> None:
     """Each producer site alone at M = 1, 4, 16: the producer kernel against the unfused norm (vLLM's
     own fused_add_rms_norm kernel where vLLM is installed, else inductor's) + the prologue, and the
     unfused silu*mul (inductor's) + the prologue, in the format the layer's GEMM reads."""
-    from radiance.kernels.paro_table import prologue_mode
+    from radiance.kernels.nvidia.paroquant import prologue_mode
     from radiance.kernels.triton import paro_producers as pp
     from radiance.kernels.triton import paro_rotate as pr
 

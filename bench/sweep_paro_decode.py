@@ -22,6 +22,7 @@ from bench_paro import ROTATE_BYTES, SHAPES, paro_layers, share_weights
 from timing import copy_bandwidth, graph_time
 
 from radiance.kernels import paro_ops as ops
+from radiance.kernels.nvidia import pool
 
 
 def tiles(m: int, n: int, groups: int, sms: int, kinds: str):
@@ -118,7 +119,7 @@ def main() -> None:
             res = []
             for t in [table, *before, *tiles(m, n, k // 128, layers[0].sms, args.kinds)]:
                 if t is not table:  # the layer reserved partials for its own splits only
-                    ops.reserve_scratch(layers[0].wb.device, t.split * m * n, 0)
+                    pool.reserve(layers[0].wb.device, t.split * m * n)
                 try:  # the table's choice runs as forward picks it (above the decode band: the scratch path)
                     us = graph_time([lambda l=l, x=xs[i % 4], t=t: ops.forward(l, x, tile=None if t is table else t)
                                      for i, l in enumerate(layers)])

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from radiance.deploy import gpus, podman, procs, systemd
+from radiance import podman_cli as podman
+from radiance.deploy import gpus, procs, systemd
 from radiance.deploy.unitspec import conflicts, unit_name
 from radiance.stack import StackFile
 

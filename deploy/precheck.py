@@ -18,7 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from radiance import apikey
-from radiance.deploy import gpus, hostcmd, hoststate, podman, systemd
+from radiance import hostcmd
+from radiance import podman_cli as podman
+from radiance.deploy import gpus, hoststate, systemd
 from radiance.deploy.unitspec import unit_name
 from radiance.stack import StackFile, StackFileError
 

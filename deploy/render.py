@@ -93,7 +93,7 @@ def render_watchdog(spec: UnitSpec) -> str:
 
 def podman_units_for(choice: str) -> str:
     """`quadlet` or `service` for this host: `auto` asks podman for its version."""
-    from radiance.deploy import podman
+    from radiance import podman_cli as podman
 
     if choice not in PODMAN_UNITS:
         raise ValueError(f"--podman-units {choice!r}: use one of {', '.join(PODMAN_UNITS)}")

@@ -24,7 +24,7 @@ from radiance.checkpoint import CheckpointError
 from radiance.checkpoint import verify as inspect
 from radiance.checksums import MANIFEST, Progress, read_manifest, sha256_file, write_manifest
 from radiance.deploy import place as place_mod
-from radiance.deploy import podman as podman_mod
+from radiance import podman_cli as podman_mod
 from radiance.deploy import gpu_kfd, gpu_nvml, systemd
 from radiance.deploy.gpus import GpuQueryError
 from radiance.deploy.unitspec import CONTAINER_USER
@@ -327,7 +327,7 @@ def service_user(sf: StackFile, names: list[str], check: bool) -> list[Step]:
     login, its home the state directory, created here when missing."""
     import pwd
 
-    from radiance.deploy import hostcmd
+    from radiance import hostcmd
     from radiance.deploy.layout import SYSTEM_HOME, current
     from radiance.deploy.sandbox import SYSTEM_USER
 

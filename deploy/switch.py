@@ -27,7 +27,8 @@ from enum import Enum
 from filelock import FileLock, Timeout
 
 from radiance import apikey, atomic, paths
-from radiance.deploy import boot, hoststate, hostcmd, inflight, precheck, systemd
+from radiance import hostcmd
+from radiance.deploy import boot, hoststate, inflight, precheck, systemd
 from radiance.deploy.unitspec import probe_url, start_timeout_s, stop_timeout_s, unit_name
 from radiance import probe
 from radiance import switch_history

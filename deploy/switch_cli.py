@@ -155,7 +155,7 @@ def stop(names: Annotated[Optional[list[str]], typer.Argument(help="stacks to st
 
 
 def main() -> None:
-    from radiance.deploy.hostcmd import HostCommandError, HostCommandTimeout
+    from radiance.hostcmd import HostCommandError, HostCommandTimeout
     from radiance.deploy.systemd import SystemdError
 
     try:

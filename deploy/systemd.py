@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from radiance.deploy import hostcmd
+from radiance import hostcmd
 
 # A stop takes at most the unit's own TimeoutStopSec; the caller waits that plus this margin for
 # systemd's own bookkeeping.

@@ -96,7 +96,7 @@ def targets_from_stacks(stacks_path: Path | None) -> list[Target]:
 def systemd_states(targets: list[Target]) -> dict[str, str] | None:
     """{stack: its unit's ActiveState}, or None when systemd is not PID 1 here (or does not answer)."""
     from radiance.deploy import systemd
-    from radiance.deploy.hostcmd import HostCommandError
+    from radiance.hostcmd import HostCommandError
 
     if systemd.available() is not None:
         return None

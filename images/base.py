@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from radiance import atomic, paths
-from radiance.deploy import podman as podman_cli
+from radiance import podman_cli
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
@@ -56,7 +56,7 @@ def images_dir() -> Path:
 
 
 def _podman(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return podman_cli.run(*args, timeout=timeout)  # a deadline on every podman call (deploy/hostcmd.py)
+    return podman_cli.run(*args, timeout=timeout)  # a deadline on every podman call (radiance/hostcmd.py)
 
 
 def image_exists(ref: str) -> bool:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from radiance.deploy import podman as podman_cli
+from radiance import podman_cli
 from radiance.images import base as basemod
 from radiance.images.base import images_dir, image_exists
 

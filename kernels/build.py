@@ -66,8 +66,10 @@ def source_files(arch: str, src_dir: Path | None = None) -> list[Path]:
         from radiance.kernels.hip.build import source_files as hip_sources
 
         return hip_sources(src)
-    if fam == "triton":  # the kernels and the tables and ops that choose them
-        return sorted(src.glob("*.py")) + sorted(src.parent.glob("*.py"))
+    if fam == "triton":  # the kernels, the kinds that choose and launch them, their tiles, the ops and methods
+        kernels = src.parent
+        return (sorted(src.glob("*.py")) + sorted(kernels.glob("*.py")) + sorted((kernels / "nvidia").rglob("*.py"))
+                + sorted((kernels / "methods").glob("*.py")) + sorted((kernels / "tiles").glob("*.json")))
     return []
 
 

@@ -29,7 +29,7 @@ from radiance.kernels import reference
 from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors
 from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
 from radiance.kernels.formats.pq2 import Pq2Tensors
-from radiance.kernels.linear_spec import ROTATED_METHODS
+from radiance.kernels.methods import ROTATED_METHODS
 
 WEIGHT = "folded"  # prep.data key of the fp32 folded weight until the first call casts it
 DENSE = "w"  # prep.data key of an unquantized linear's weight (kernels/cpu_ops.py)

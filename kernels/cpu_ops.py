@@ -1,5 +1,7 @@
 """The per-layer ops on CPU: the folded fast path (kernels/cpu_folded.py), or the exact reference
-bit for bit (RADIANCE_CPU_WEIGHTS=fp32 / int8; kernels/tests/test_ops.py checks the equality)."""
+bit for bit (RADIANCE_CPU_WEIGHTS=fp32 / int8; kernels/tests/test_ops.py checks the equality).
+The methods' "cpu" entries (kernels/methods/) name these: paroquant_mxfp4 runs paroquant's forward,
+the same rotations before a dequantized weight."""
 
 from __future__ import annotations
 
@@ -10,19 +12,10 @@ from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors, unpack_a
 from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
 from radiance.kernels.formats.pq2 import Pq2Tensors, unpack_ternary
 from radiance.kernels.linear import PreparedLinear, check_partitions, rotate_all
-from radiance.knobs import knob
 
 
-def _cpu_weights() -> str:
-    value = knob("RADIANCE_CPU_WEIGHTS")
-    if value not in ("folded", "int4", "fp32", "int8"):
-        raise ValueError(f"RADIANCE_CPU_WEIGHTS={value!r}: use folded (one GEMM per linear, the fast path), int4 "
-                         "(4x smaller weights, vLLM's int4 GEMM), or the exact reference's fp32 or int8")
-    return value
-
-
-def _paroquant_cpu_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
-    mode = _cpu_weights()
+def paroquant_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
+    mode = prep.config.cpu_weights
     if mode in ("folded", "int4"):
         return (cpu_folded.prepare_paroquant if mode == "folded" else cpu_folded.prepare_rotated)(prep, t)
     # (q - z) as int8 [N, K] and fp32 scales. RADIANCE_CPU_WEIGHTS=fp32 builds the dequantized
@@ -31,13 +24,13 @@ def _paroquant_cpu_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
     z = unpack_awq(t.qzeros).to(torch.int16).repeat_interleave(GROUP_SIZE, dim=0)
     prep.data["qz"] = (q - z).to(torch.int8).t().contiguous()
     prep.data["s"] = t.scales.to(torch.float32).t().contiguous()  # [N, G]
-    if _cpu_weights() == "fp32":
+    if mode == "fp32":
         prep.data["w"] = _paroquant_weight_cpu(prep, 0, prep.out_features)
         del prep.data["qz"], prep.data["s"]
 
 
-def _mxfp4_cpu_prepare(prep: PreparedLinear, t: Mxfp4Tensors) -> None:
-    if _cpu_weights() in ("folded", "int4"):
+def mxfp4_prepare(prep: PreparedLinear, t: Mxfp4Tensors) -> None:
+    if prep.config.cpu_weights in ("folded", "int4"):
         return cpu_folded.prepare_mxfp4(prep, t)
     # exact: the fp32 dequantized weight (int8 too: e2m1 x e8m0 has no integer form to rebuild from)
     prep.data["w"] = reference.dequant_mxfp4(t.weight, t.weight_scale)
@@ -67,7 +60,7 @@ def _paroquant_gemm_cpu(
     return torch.cat(parts, dim=1).to(out_dtype)
 
 
-def _paroquant_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def paroquant_forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     if prep.run_gemms:
         return cpu_folded.rotated_linear(prep, x, bias)
     if "qz" not in prep.data and "w" not in prep.data:
@@ -75,16 +68,16 @@ def _paroquant_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | N
     return _paroquant_gemm_cpu(prep, rotate_all(prep, x), bias, x.dtype)
 
 
-def _pq2_cpu_prepare(prep: PreparedLinear, t: Pq2Tensors) -> None:
-    if _cpu_weights() in ("folded", "int4"):  # ternary codes take no int4 GEMM: int4 runs folded too
+def pq2_prepare(prep: PreparedLinear, t: Pq2Tensors) -> None:
+    if prep.config.cpu_weights in ("folded", "int4"):  # ternary codes take no int4 GEMM: int4 runs folded too
         return cpu_folded.prepare_pq2(prep, t)
     n, groups = (int(s) for s in t.scales.shape)
     codes = unpack_ternary(t.qweight).view(n, groups, GROUP_SIZE)  # uint8 0..2
-    prep.data["codes"] = codes.to(torch.float32) if _cpu_weights() == "fp32" else codes
+    prep.data["codes"] = codes.to(torch.float32) if prep.config.cpu_weights == "fp32" else codes
     prep.data["d"] = t.scales.to(torch.float32)
 
 
-def _pq2_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None, chunk_rows: int = 256) -> torch.Tensor:
+def pq2_forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None, chunk_rows: int = 256) -> torch.Tensor:
     if "codes" not in prep.data:
         return cpu_folded.pq2_linear(prep, x, bias)
     # reference.pq2_linear(act_quant=True) with the unpacked codes cached (same ops, same order)
@@ -103,17 +96,11 @@ def _pq2_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None, c
     return y.to(x.dtype)
 
 
-def _dense_cpu_prepare(prep: PreparedLinear, weight: torch.Tensor) -> None:
+def dense_prepare(prep: PreparedLinear, weight: torch.Tensor) -> None:
     prep.data[cpu_folded.DENSE] = weight
 
 
-def _dense_cpu(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def dense_forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     if prep.gemm is not None:  # vLLM's own CPU GEMM, handed over by the plugin
         return prep.gemm(x, bias)
     return torch.nn.functional.linear(x, prep.data[cpu_folded.DENSE], bias)
-
-
-# method -> (prepare, forward) on CPU; paroquant_mxfp4 runs paroquant's forward: the same rotations
-# before a dequantized weight
-CPU = {"paroquant": (_paroquant_cpu_prepare, _paroquant_cpu), "paroquant_mxfp4": (_mxfp4_cpu_prepare, _paroquant_cpu),
-       "pq2": (_pq2_cpu_prepare, _pq2_cpu), "dense": (_dense_cpu_prepare, _dense_cpu)}

@@ -14,8 +14,6 @@ import contextvars
 
 import torch
 
-from radiance.knobs import knob
-
 _VIRTUAL: contextvars.ContextVar[tuple[tuple[int, int], int] | None] = contextvars.ContextVar("virtual_gpu", default=None)
 
 
@@ -58,16 +56,3 @@ def virtual_gpu(cap: tuple[int, int], sms: int):
         yield
     finally:
         _VIRTUAL.reset(token)
-
-
-def cap_switch(name: str, cap: tuple[int, int], min_cap: tuple[int, int], needs: str, otherwise: str) -> bool:
-    """A 0/1 knob that asks for a path only some cards have: an error naming the knob on a card below
-    min_cap (never a quiet fallback to the path it did not ask for)."""
-    raw = knob(name) or "0"
-    if raw not in ("0", "1"):
-        raise ValueError(f"{name}={raw!r}: use 0 or 1")
-    if raw == "1" and cap < min_cap:
-        raise ValueError(f"{name}=1 needs {needs} (sm_{min_cap[0]}{min_cap[1]}+); this GPU is sm_{cap[0]}{cap[1]}. "
-                         f"Unset {name} to serve {otherwise}")
-    return raw == "1"
-

@@ -16,11 +16,14 @@ from dataclasses import dataclass, field
 import torch
 
 from radiance.kernels import reference
+from radiance.kernels.config import KernelConfig
 from radiance.kernels.formats.paroquant import GROUP_SIZE
+from radiance.kernels.methods.spec import GPU_ROTATIONS as MAX_ROTATIONS
 
 
+# the checkpoint dtypes kernels/methods names (safetensors' spelling) as torch's
+DTYPES = {"I32": torch.int32, "I16": torch.int16, "U8": torch.uint8, "F16": torch.float16, "BF16": torch.bfloat16}
 NO_COLUMN = 1 << 30  # kernel_bounds' padding: a rotated copy that no column reads
-MAX_ROTATIONS = 3  # the GPU GEMMs pick a column's rotated copy by two boundaries
 
 
 @dataclass(eq=False)
@@ -73,6 +76,7 @@ class PreparedLinear:
     rotations: list[Rotation] = field(default_factory=list)
     runs: list[Run] = field(default_factory=list)
     forward: Callable | None = None  # (prep, x, bias) -> y: the platform's, set at prepare
+    config: KernelConfig = field(default_factory=KernelConfig)  # the knobs it was prepared under
     data: dict[str, torch.Tensor] = field(default_factory=dict)  # per-platform payload
     # CPU (kernels/cpu_folded.py), handed over by the plugin: `gemm` (x, bias) -> y, vLLM's own GEMM on
     # the folded weight (else torch's); `run_gemms`, per run, vLLM's int4 GEMM on the rotated copy

@@ -7,8 +7,10 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
+from radiance.knobs import KNOBS
+
+
 NO_GPU = 3  # the warm-up process's exit status when it sees no CUDA device
-ROTATED_METHODS = ("paroquant", "paroquant_mxfp4")  # activations rotated per distinct copy before the GEMM
 
 
 @dataclass(frozen=True)
@@ -16,7 +18,7 @@ class LinearSpec:
     """What decides which kernels a linear runs: method, output columns per distinct rotation
     (paroquant; one entry otherwise), input features, bias, activation dtype."""
 
-    method: str  # paroquant | paroquant_mxfp4 | pq2 | dense
+    method: str  # kernels/methods: METHODS
     sizes: tuple[int, ...]
     k: int
     bias: bool
@@ -31,13 +33,9 @@ def specs_json(specs: list[LinearSpec]) -> str:
     return json.dumps([asdict(s) for s in specs], sort_keys=True)
 
 
-# knobs that change nothing about which kernels run (paths, the eval-mode judge)
-_NOT_KERNEL_KNOBS = ("RADIANCE_HOME", "RADIANCE_KERNEL_DIR", "RADIANCE_PQ_CHECKALL", "RADIANCE_PQ_CHECK_MAX_M",
-                     "RADIANCE_PQ_CHECK_MAX_CALLS")
-
-
 def build_flag(specs: list[LinearSpec], env: dict[str, str]) -> str:
-    """The kernel-build key's part for a warm-up: its specs and the knobs the tables read."""
-    knobs = sorted((k, v) for k, v in env.items() if k.startswith("RADIANCE_") and k not in _NOT_KERNEL_KNOBS)
+    """The kernel-build key's part for a warm-up: its specs and the knobs that key the kernel build
+    (radiance/knobs.py: `kernels`)."""
+    knobs = sorted((k, v) for k, v in env.items() if k in KNOBS and KNOBS[k].kernels)
     h = hashlib.sha256((specs_json(specs) + json.dumps(knobs)).encode()).hexdigest()[:16]
     return f"warm={len(specs)}x{h}"

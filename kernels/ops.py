@@ -1,33 +1,26 @@
-"""Per-layer ops the vLLM plugin calls: prepare once after loading, then `linear_forward` per call.
+"""Per-layer ops the vLLM plugin calls: `prepare` once after loading, then `linear_forward` per call.
 
-`prepare_paroquant` / `prepare_paroquant_mxfp4` / `prepare_pq2` / `prepare_dense` build a
-`PreparedLinear` (kernels/linear.py) and hand it to its platform's module, which lays the weights
-out and plans the kernel per row count from that method's registry (kernels/registry.py; NVIDIA:
-paro_table.KERNELS, mxfp4_ops.KERNELS, pq2_table.KERNELS, pq2_table.DENSE_KERNELS). `linear_forward(prep, x, bias)`
-then calls the platform's forward. A (method, platform) pair with no module is an error naming it
-(no silent fallback). On CPU every method computes exactly what `radiance.kernels.reference`
-computes or (the default, folded) the same up to rounding: kernels/cpu_ops.py.
+`prepare(method, weights, rotations, partition_sizes)` builds a `PreparedLinear`
+(kernels/linear.py) and hands it to the code its method's `MethodSpec` (kernels/methods/) names
+for the platform, which lays the weights out and plans the kernel per row count from that method's
+registry (kernels/registry.py). `linear_forward(prep, x, bias)` then calls the platform's forward.
+A (method, platform) pair the spec has no entry for is an error naming it (no silent fallback).
+On CPU every method computes exactly what `radiance.kernels.reference` computes or (the default,
+folded) the same up to rounding: kernels/cpu_ops.py.
 
 No vLLM import here: `radiance.kernels` must run without vLLM.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
-from radiance.kernels.cpu_ops import CPU
-from radiance.kernels.formats.paroquant import ParoTensors
-from radiance.kernels.formats.paroquant_mxfp4 import Mxfp4Tensors
-from radiance.kernels.formats.pq2 import Pq2Tensors
-from radiance.kernels.hip import mxfp4 as hip_mxfp4
-from radiance.kernels.producers import Producer, check_inputs
+from radiance.kernels import methods
+from radiance.kernels.config import KernelConfig
 from radiance.kernels.linear import (  # noqa: F401 -- re-exported: callers say ops.PreparedLinear
     KernelFn, PreparedLinear, Rotation, Run, check_partitions, dedup_rotations, platform_of, rotate_all)
-from radiance.knobs import knob
-
-METHODS = ("paroquant", "paroquant_mxfp4", "pq2", "dense")
+from radiance.kernels.methods import resolve
+from radiance.kernels.producers import Producer, check_inputs
 
 
 def linear_forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -39,213 +32,69 @@ def linear_forward(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | N
 
 def produced_forward(prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y = the layer applied to the output of the op before it (kernels/producers.py), that op
-    fused into the layer's prologue where the platform has a producer for the method (PRODUCED)."""
+    fused into the layer's prologue where the platform has a producer for the method."""
     ok, why = can_produce(prep)
     if not ok:
         raise NotImplementedError(f"radiance: {why}")
     check_inputs(producer, prep.in_features)
-    return PRODUCED[prep.platform][prep.method](prep, producer, bias)
+    return resolve(methods.get(prep.method).platforms[prep.platform].produced)(prep, producer, bias)
 
 
 def can_produce(prep: PreparedLinear) -> tuple[bool, str]:
     """Whether produced_forward takes this layer, and why not."""
-    if prep.method not in PRODUCED.get(prep.platform, {}):
+    entry = methods.get(prep.method).platforms.get(prep.platform)
+    if entry is None or entry.produced is None:
         return False, (f"no fused producer for method={prep.method} on platform={prep.platform} "
-                       f"(radiance.kernels.ops.PRODUCED has {sorted(PRODUCED.get(prep.platform, {}))})")
+                       f"(kernels/methods/{prep.method}.py names none)")
     return True, ""
 
 
-# ----------------------------------------------------------------------------- prepare (once per layer)
-def prepare_paroquant(
-    qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
-    rotations: list[Rotation], partition_sizes: list[int], platform: str | None = None,
-) -> PreparedLinear:
-    """qweight/qzeros/scales concatenated along N over the partitions; one Rotation and one size
-    (vLLM's output partition sizes) per partition. Identical adjacent rotations are merged. `platform`: the
-    tensors' device's unless given (the offline compile check prepares CPU tensors for a GPU)."""
-    prep = _rotated("paroquant", int(scales.shape[1]), int(qweight.shape[0]), qweight.device, rotations,
-                    partition_sizes, platform)
-    return _prepare(prep, ParoTensors(qweight, qzeros, scales, *_first(prep)))
-
-
-def prepare_paroquant_mxfp4(
-    weight: torch.Tensor, weight_scale: torch.Tensor,
-    rotations: list[Rotation], partition_sizes: list[int], platform: str | None = None,
-) -> PreparedLinear:
-    """weight [N, K/2] / weight_scale [N, K/32] concatenated along N over the partitions; rotations as
-    prepare_paroquant's."""
-    prep = _rotated("paroquant_mxfp4", int(weight.shape[0]), int(weight.shape[1]) * 2, weight.device,
-                    rotations, partition_sizes, platform)
-    return _prepare(prep, Mxfp4Tensors(weight, weight_scale, *_first(prep)))
-
-
-def prepare_pq2(qweight: torch.Tensor, scales: torch.Tensor, platform: str | None = None) -> PreparedLinear:
-    n, k = int(qweight.shape[0]), int(qweight.shape[1]) * 4
-    prep = PreparedLinear("pq2", platform or platform_of(qweight.device), k, n, runs=[Run(0, n, -1)])
-    return _prepare(prep, Pq2Tensors(qweight, scales))
-
-
-def prepare_dense(weight: torch.Tensor, platform: str | None = None) -> PreparedLinear:
-    """An unquantized (skipped) linear; GPU plans may route skinny calls to a split-K kernel."""
-    n, k = (int(s) for s in weight.shape)
-    prep = PreparedLinear("dense", platform or platform_of(weight.device), k, n, runs=[Run(0, n, -1)])
-    return _prepare(prep, weight)
-
-
-def _rotated(method: str, n: int, k: int, device: torch.device, rotations: list[Rotation],
-             partition_sizes: list[int], platform: str | None) -> PreparedLinear:
-    """A rotated method's PreparedLinear with its distinct rotations and runs."""
-    distinct, runs = dedup_rotations(rotations, partition_sizes)
-    return PreparedLinear(method, platform or platform_of(device), k, n, rotations=distinct, runs=runs)
-
-
-def _first(prep: PreparedLinear) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    r = prep.rotations[0]
-    return r.pairs, r.theta, r.channel_scales
-
-
-def _prepare(prep: PreparedLinear, tensors) -> PreparedLinear:
-    pair = PLATFORMS.get(prep.platform, {}).get(prep.method)
-    if pair is None:
-        raise NotImplementedError(
-            f"radiance: no kernels for method={prep.method} on platform={prep.platform} "
-            f"(radiance.kernels.ops.PLATFORMS has {sorted(PLATFORMS.get(prep.platform, {}))}); "
-            "serve this method on a platform that has them")
-    prepare, prep.forward = pair
-    prepare(prep, tensors)
-    return prep
-
-
-# ----------------------------------------------------------------------------- NVIDIA (Triton / Gluon)
-def _paroquant_cuda_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
-    # paro_ops owns the layout, the kernel plan (paro_table.KERNELS), tiles and scratch
-    from radiance.kernels import paro_ops
-
-    prep.data["paro"] = paro_ops.prepare([t.qweight], [t.qzeros], [t.scales], prep.rotations,  # type: ignore[assignment]
-                                         prep.runs)
-
-
-def _paroquant_cuda(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    from radiance.kernels import paro_ops
-
-    return paro_ops.forward(prep.data["paro"], x, bias=bias)  # type: ignore[arg-type]
-
-
-def _pq2_cuda_prepare(prep: PreparedLinear, t: Pq2Tensors) -> None:
-    # pq2_ops owns the layout, the kernel plan (pq2_table.KERNELS) and the launch plans
-    from radiance.kernels import pq2_ops
-
-    prep.data["pq2"] = pq2_ops.prepare(t.qweight, t.scales)  # type: ignore[assignment]
-
-
-def _pq2_cuda(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    from radiance.kernels import pq2_ops
-
-    y = pq2_ops.forward(prep.data["pq2"], x)  # type: ignore[arg-type]
-    return y if bias is None else y + bias.to(y.dtype)
-
-
-def _mxfp4_cuda_prepare(prep: PreparedLinear, t: Mxfp4Tensors) -> None:
-    # mxfp4_ops owns the layout, the kernel plan (mxfp4_ops.KERNELS), tiles and scratch
-    from radiance.kernels import mxfp4_ops
-
-    prep.data["mxfp4"] = mxfp4_ops.prepare(t.weight, t.weight_scale, prep.rotations, prep.runs)  # type: ignore[assignment]
-
-
-def _mxfp4_cuda(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    from radiance.kernels import mxfp4_ops
-
-    return mxfp4_ops.forward(prep.data["mxfp4"], x, bias=bias)  # type: ignore[arg-type]
-
-
-def _dense_cuda_prepare(prep: PreparedLinear, weight: torch.Tensor) -> None:
-    from radiance.kernels import pq2_ops
-
-    prep.data["w"] = weight.contiguous()
-    prep.data["kernels"] = pq2_ops.dense_plan(weight)  # type: ignore[assignment]
-
-
-def _dense_cuda(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    from radiance.kernels import pq2_ops
-
-    return pq2_ops.dense_linear(x, prep.data["w"], prep.data["kernels"], bias)  # type: ignore[arg-type]
-
-
-# ----------------------------------------------------------------------------- AMD gfx1201 (HIP)
-def _paroquant_rocm_prepare(prep: PreparedLinear, t: ParoTensors) -> None:
-    # kernels/hip/layout.py owns the layout (RADIANCE_PQ_WPERM must match the built library)
-    from radiance.kernels.hip import layout
-
-    prep.data["hip"] = layout.prepare_merged(  # type: ignore[assignment]
-        t.qweight, t.qzeros, t.scales, prep.rotations, prep.runs, wperm=knob("RADIANCE_PQ_WPERM") == "1")
-
-
-def _paroquant_rocm(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    # one custom op: rotate+quant (per-group scales in the decode band, per-token above) + the GEMM
-    from radiance.kernels.hip import ops as hip_ops
-
-    y = torch.ops.radiance_hip.paroquant_linear(x, *hip_ops.op_args(prep.data["hip"]))  # type: ignore[arg-type]
-    return y if bias is None else y + bias.to(y.dtype)
-
-
-def _dense_rocm_prepare(prep: PreparedLinear, weight: torch.Tensor) -> None:
-    prep.data["w"] = weight.contiguous()
-
-
-def _dense_rocm(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    # no skinny HIP kernel yet: the platform BLAS, as vLLM's own unquantized method would run it
-    return torch.nn.functional.linear(x, prep.data["w"], bias)
-
-
-# platform -> method -> (prepare(prep, tensors), forward(prep, x, bias)); the kernel choice inside a
-# platform is its registry's, planned by the prepare
-PLATFORMS: dict[str, dict[str, tuple[Callable, KernelFn]]] = {
-    "cpu": CPU,
-    "cuda": {"paroquant": (_paroquant_cuda_prepare, _paroquant_cuda), "pq2": (_pq2_cuda_prepare, _pq2_cuda),
-             "paroquant_mxfp4": (_mxfp4_cuda_prepare, _mxfp4_cuda), "dense": (_dense_cuda_prepare, _dense_cuda)},
-    "rocm": {"paroquant": (_paroquant_rocm_prepare, _paroquant_rocm),
-             "paroquant_mxfp4": (hip_mxfp4.prepare, hip_mxfp4.forward), "dense": (_dense_rocm_prepare, _dense_rocm)},
-}
-
-
-def _unfused(prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None) -> torch.Tensor:
-    # the producer's own ops (reference.py), then the layer: the CPU keeps the exact unfused path
+def unfused(prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None) -> torch.Tensor:
+    """The producer's own ops (reference.py), then the layer: the CPU keeps the exact unfused path."""
     return linear_forward(prep, producer.plain(), bias)
 
 
-def _paroquant_cuda_produced(prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None) -> torch.Tensor:
-    from radiance.kernels import paro_ops
+def prepare(method: str, weights: dict[str, torch.Tensor], rotations: list[Rotation] | None = None,
+            partition_sizes: list[int] | None = None, platform: str | None = None,
+            config: KernelConfig | None = None) -> PreparedLinear:
+    """One linear's checkpoint tensors (`weights`: the method's tensors other than the rotation's,
+    concatenated along N over the partitions) -> the prepared layer. A rotated method takes one
+    Rotation and one size (vLLM's output partition sizes) per partition; identical adjacent
+    rotations are merged. `platform`: the tensors' device's unless given (the offline compile check
+    prepares CPU tensors for a GPU). `config`: the knobs, resolved once at load (default: as the
+    environment sets them now); the layer keeps it."""
+    spec = methods.get(method)
+    config = config or KernelConfig.from_knobs()
+    missing = set(spec.weights) - set(weights)
+    if missing:
+        raise ValueError(f"radiance {method}: missing tensors {sorted(missing)} (it takes {list(spec.weights)})")
+    codes = weights[spec.codes]
+    n, k = spec.nk(tuple(codes.shape))
+    platform = platform or platform_of(codes.device)
+    entry = spec.platform(platform)  # a platform without this method's kernels fails here, naming both
+    if spec.rotated:
+        distinct, runs = dedup_rotations(rotations or [], partition_sizes or [])
+        prep = PreparedLinear(method, platform, k, n, rotations=distinct, runs=runs, config=config)
+        first = distinct[0]  # the format's rotation fields: partition 0's (the distinct ones are prep.rotations)
+        tensors = resolve(spec.tensor_set)(**weights, pairs=first.pairs, theta=first.theta,
+                                           channel_scales=first.channel_scales)
+    else:
+        prep = PreparedLinear(method, platform, k, n, runs=[Run(0, n, -1)], config=config)
+        tensors = resolve(spec.tensor_set)(**weights) if spec.tensor_set else codes
+    prep.forward = resolve(entry.forward)
+    resolve(entry.prepare)(prep, tensors)
+    return prep
 
-    return paro_ops.forward_produced(prep.data["paro"], producer, bias=bias)  # type: ignore[arg-type]
 
+def prepare_parts(method: str, parts: list, platform: str | None = None,
+                  config: KernelConfig | None = None) -> PreparedLinear:
+    """A merged linear from its partitions' tensor sets (kernels/formats; a dense method's: its
+    weights): the weights concatenated along N, one rotation per partition (tests, benchmarks)."""
+    spec = methods.get(method)
 
-def _mxfp4_cuda_produced(prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None) -> torch.Tensor:
-    from radiance.kernels import mxfp4_ops
+    def field(p, name):
+        return getattr(p, name) if spec.tensor_set else p
 
-    return mxfp4_ops.forward_produced(prep.data["mxfp4"], producer, bias=bias)  # type: ignore[arg-type]
-
-
-def _pq2_cuda_produced(prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None) -> torch.Tensor:
-    from radiance.kernels import pq2_ops
-
-    y = pq2_ops.forward_produced(prep.data["pq2"], producer)  # type: ignore[arg-type]
-    return y if bias is None else y + bias.to(y.dtype)
-
-
-def _rocm_produced(key: str) -> Callable:
-    # the producer computed inside the HIP rotate+quant kernel (pq_produce), then the layer's GEMM
-    def run(prep: PreparedLinear, producer: Producer, bias: torch.Tensor | None) -> torch.Tensor:
-        from radiance.kernels.hip import lib as hip_lib, ops as hip_ops
-
-        return hip_lib.produced_linear(hip_ops.library(), producer, prep.data[key],  # type: ignore[arg-type]
-                                       None if bias is None else bias.to(producer.dtype))
-    return run
-
-
-# platform -> method -> produced_forward(prep, producer, bias): the fused producers (into the rotation
-# prologue, or pq2's activation quantizer); the plugin's graph pass fuses only the layers listed here
-PRODUCED: dict[str, dict[str, Callable]] = {
-    "cpu": {"paroquant": _unfused, "paroquant_mxfp4": _unfused, "pq2": _unfused},
-    "cuda": {"paroquant": _paroquant_cuda_produced, "paroquant_mxfp4": _mxfp4_cuda_produced, "pq2": _pq2_cuda_produced},
-    "rocm": {"paroquant": _rocm_produced("hip"), "paroquant_mxfp4": _rocm_produced(hip_mxfp4.KEY)},
-}
+    weights = {name: torch.cat([field(p, name) for p in parts], t.n_dim) for name, t in spec.weights.items()}
+    sizes = [spec.nk(tuple(field(p, spec.codes).shape))[0] for p in parts]
+    return prepare(method, weights, [Rotation.of(p) for p in parts] if spec.rotated else None, sizes, platform, config)

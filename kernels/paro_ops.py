@@ -1,10 +1,10 @@
 """Per-layer paroquant ops on NVIDIA (Triton): prepare once from checkpoint tensors, then forward.
 
 No vLLM here. `prepare` lays out the weights (triton/paro_gemm.repack), builds the rotation tables
-(triton/paro_rotate.build_tables) and reserves the split-K / dequant scratch (allocated here, at
-load time, never inside CUDA-graph capture). `forward(layer, x)` = prologue launch + GEMM launch
-(or the scratch path), the kind planned at prepare from `paro_table.KERNELS` (kernels/registry.py)
-and its tile from `paro_table`.
+(triton/paro_rotate.build_tables) and reserves the split-K / dequant scratch (kernels/nvidia/pool.py,
+at load time, never inside CUDA-graph capture). `forward(layer, x)` = prologue launch + GEMM launch
+(or the scratch path), the kind planned at prepare from kernels/nvidia/paroquant's `KERNELS`
+(kernels/registry.py), its tile and launch that kind module's.
 """
 
 from __future__ import annotations
@@ -13,48 +13,18 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from radiance.kernels.formats.paroquant import GROUP_SIZE
-from radiance.kernels.paro_table import (  # noqa: F401 -- the table's names, re-exported: callers say ops.Tile
-    KERNELS, TURING_GEMV_MAX_M, W4A16_ONLY, WGMMA_BT128_MAX_M, WGMMA_MAX_M, Tile, decode_tile, fit_tile,
-    launches_dependent, prefill_tile, prologue_mode, scratch_piece_rows, smem_bytes, smem_limit, stream_tile,
-    use_int8)
 from radiance.kernels import gpu, registry
-from radiance.kernels.linear import MAX_ROTATIONS, Rotation, Run, kernel_bounds, single_run
+from radiance.kernels.config import KernelConfig
+from radiance.kernels.formats.paroquant import GROUP_SIZE, ParoTensors
+from radiance.kernels.linear import PreparedLinear, Rotation, Run, kernel_bounds, single_run
+from radiance.kernels.nvidia import paroquant as kinds
+from radiance.kernels.nvidia import pool
+from radiance.kernels.nvidia.paroquant import (  # noqa: F401 -- the kinds' names, re-exported: callers say ops.Tile
+    KERNELS, TURING_GEMV_MAX_M, W4A16_ONLY, WGMMA_BT128_MAX_M, WGMMA_MAX_M, Tile, decode_tile, fit_tile,
+    launches_dependent, prefill_tile, prologue_mode, smem_bytes, stream_tile, use_int8)
+from radiance.kernels.nvidia.tile import smem_limit  # noqa: F401
 from radiance.kernels.pdl import enabled as pdl_enabled
-from radiance.kernels.triton import interpreting, paro_gemm, paro_producers, paro_rotate, paro_scratch
-from radiance.knobs import knob_int
-
-MAX_PARTS = MAX_ROTATIONS  # plugin.params reads it: the rotations one GEMM takes
-
-
-@dataclass
-class Scratch:
-    part: torch.Tensor  # fp32 split-K partials
-    cnt: torch.Tensor  # int32 tickets, self-resetting
-    deq: torch.Tensor  # fp16 dequantized weight (scratch GEMM path)
-
-
-_SCRATCH: dict[torch.device, Scratch] = {}
-
-
-def reserve_scratch(device: torch.device, part_elems: int, deq_elems: int, cnt_elems: int = 1 << 16) -> Scratch:
-    """Grow the per-device scratch to at least these sizes. Call at load time: allocating inside
-    CUDA-graph capture would bake a transient address into the graph, so that is refused."""
-    device = torch.device(device)
-    cur = _SCRATCH.get(device)
-    if cur is not None and cur.part.numel() >= part_elems and cur.deq.numel() >= deq_elems \
-            and cur.cnt.numel() >= cnt_elems:
-        return cur
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        raise RuntimeError("paroquant scratch must be reserved before CUDA-graph capture (prepare the layers first)")
-    part = max(part_elems, cur.part.numel() if cur else 0, 1)
-    deq = max(deq_elems, cur.deq.numel() if cur else 0, 1)
-    cnt = max(cnt_elems, cur.cnt.numel() if cur else 0)
-    s = Scratch(torch.empty(part, dtype=torch.float32, device=device),
-                torch.zeros(cnt, dtype=torch.int32, device=device),
-                torch.empty(deq, dtype=torch.float16, device=device))
-    _SCRATCH[device] = s
-    return s
+from radiance.kernels.triton import paro_gemm, paro_producers, paro_rotate
 
 
 @dataclass(kw_only=True)
@@ -65,39 +35,40 @@ class ParoLayer(paro_rotate.RotatedLayer):
     sc: torch.Tensor  # [G, N] f16
     d: torch.Tensor  # [G, N] int8 (zero point - 8)
     i8: bool
-    scratch_rows: int = 0  # scratch path: weight rows dequantized per piece, 0 = all at once (scratch_piece_rows)
+    scratch_rows: int = 0  # scratch path: weight rows dequantized per piece, 0 = all at once (RADIANCE_PQ_SCRATCH_ROWS)
     pdl: bool = False  # decode GEMMs may launch dependent on their prologue (kernels/pdl.py; the table says which)
 
 
 def prepare(qweights: list[torch.Tensor], qzeros: list[torch.Tensor], scales: list[torch.Tensor],
             rotations: list[Rotation], runs: list[Run] | None = None,
-            bias: torch.Tensor | None = None, cap: tuple[int, int] | None = None, only: str | None = None) -> ParoLayer:
+            bias: torch.Tensor | None = None, cap: tuple[int, int] | None = None, only: str | None = None,
+            config: KernelConfig | None = None) -> ParoLayer:
     """Checkpoint tensors of one linear (lists: one entry per weight piece, concatenated along N),
     its distinct rotations and their runs of output columns (kernels/linear.py; default: one
     rotation over every column). `only`: plan that kernel (e.g. "paroquant.deqt") on every row it
-    takes (benchmarks, tests)."""
+    takes (benchmarks, tests). `config`: the knobs (default: as the environment sets them now)."""
+    config = config or KernelConfig.from_knobs()
     device = qweights[0].device
     dcap, sms = gpu.tile_target(device)
     on_gpu = gpu.capability(device) is not None
     cap = cap or dcap
-    i8 = use_int8(cap)
+    i8 = use_int8(cap, config)
     wb, sc, d = paro_gemm.repack(qweights, qzeros, scales)
     g, n, _ = wb.shape
     k = g * GROUP_SIZE
     bounds = kernel_bounds("paroquant", runs or single_run(n), rotations, n, k, 128)
-    target = registry.Target("paroquant", "cuda", n, k, cap, i8, interpreting(), knob_int("RADIANCE_PQ_DECODE_MAX_M"))
+    target = registry.Target.of("paroquant", "cuda", n, k, config, cap, i8)
     layer = ParoLayer(wb=wb.to(device), sc=sc.to(device), d=d.to(device), tables=paro_rotate.build_tables(rotations, device),
                       bounds=bounds, n=n, k=k, cap=cap, sms=sms, decode_max_m=target.decode_max_m, i8=i8,
-                      kernels=registry.choose(KERNELS, target, only), bias=bias, scratch_rows=scratch_piece_rows(),
+                      kernels=registry.choose(KERNELS, target, only), bias=bias, scratch_rows=config.scratch_rows,
                       # the real GPU's capability: a faked one (the sm_75 configs run on the H200) never asks for it
-                      pdl=on_gpu and pdl_enabled(dcap) and cap >= (9, 0))
+                      pdl=on_gpu and pdl_enabled(dcap, config.pdl) and cap >= (9, 0))
     decode = [m for m in range(1, layer.decode_max_m + 1) if layer.kernels.covers(m)]
-    part = max((tile_for(layer, m).split * m * n for m in decode if kind_for(layer, m) != "scratch"), default=0)
-    scratch = any(s.kernel == "scratch" for _, _, s in layer.kernels.pieces)
-    deq = paro_scratch.scratch_elems(n, k, layer.scratch_rows) if scratch else 0
-    if scratch and layer.scratch_rows and device.type == "cuda":
-        paro_scratch.side_stream(device)  # created here, outside any graph capture
-    reserve_scratch(device, part, deq)
+    part = max((tile_for(layer, m).split * m * n for m in decode if kinds.KINDS[kind_for(layer, m)].launch),
+               default=0)
+    scratch = any(s.kernel == kinds.scratch.NAME for _, _, s in layer.kernels.pieces)
+    pool.reserve(device, part, kinds.scratch.deq_elems(n, k, layer.scratch_rows, device) if scratch else 0,
+                 what="paroquant")
     return layer
 
 
@@ -111,7 +82,7 @@ def kind_for(layer: ParoLayer, m: int) -> str:
 
 
 def with_kernel(layer: ParoLayer, kernel: str) -> ParoLayer:
-    """A copy of the layer whose plan runs every row on one kernel of paro_table.KERNELS (benchmarks
+    """A copy of the layer whose plan runs every row on one kernel of KERNELS (benchmarks
     pair it against the layer's own plan; its scratch must be reserved by the caller)."""
     spec = next((s for s in KERNELS if s.kernel == kernel), None)
     if spec is None:
@@ -122,7 +93,7 @@ def with_kernel(layer: ParoLayer, kernel: str) -> ParoLayer:
 def tile_for(layer: ParoLayer, m: int, kind: str | None = None) -> Tile:
     """The tile of `kind` (default: the planned kernel) for M rows of this layer."""
     kind = kind or kind_for(layer, m)
-    decode = m <= layer.decode_max_m and kind not in ("wgmma", "fold")
+    decode = m <= layer.decode_max_m and kinds.KINDS[kind].decode_tile is not None
     key = (kind, m) if decode else (kind, m <= WGMMA_BT128_MAX_M)
     t = layer.tiles.get(key)
     if t is None:
@@ -145,14 +116,9 @@ def gemm_rotated(layer: ParoLayer, a: torch.Tensor, s: torch.Tensor | None, rs: 
                          f"sm_{layer.cap[0]}{layer.cap[1]}: use gemv_gl")
     m = a.shape[1]
     y = torch.empty(m, layer.n, dtype=out_dtype, device=a.device)
-    scr = _SCRATCH.get(a.device)
-    if scr is None:
-        raise RuntimeError(f"paroquant: no scratch reserved on {a.device}; prepare the layer on the device it runs on")
-    paro_gemm.gemm(t.kind, a, s, rs, layer.wb, layer.sc, layer.d, y, bm=t.bm, bn=t.bn, split=t.split,
-                   pb1=layer.bounds[0], pb2=layer.bounds[1], part=scr.part, cnt=scr.cnt,
-                   num_warps=t.warps, num_stages=t.stages, bias=bias, gpi=t.gpi, maxnreg=t.maxnreg,
-                   programs=t.persist * layer.sms, pdl=pdl)
-    return y
+    scr = pool.get(a.device, "paroquant")
+    return kinds.gemm(a, s, rs, layer.wb, layer.sc, layer.d, y, t, pb1=layer.bounds[0], pb2=layer.bounds[1],
+                      part=scr.part, cnt=scr.cnt, bias=bias, programs=t.persist * layer.sms, pdl=pdl)
 
 
 def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
@@ -168,8 +134,8 @@ def forward(layer: ParoLayer, x: torch.Tensor, tile: Tile | None = None,
     if m == 0:  # an empty batch launches nothing (a zero-sized grid is an error for Triton)
         return x.new_empty(0, layer.n)
     kind = None if tile else kind_for(layer, m)  # `tile` overrides the plan (benchmark sweeps, tests)
-    if kind == "scratch":
-        return paro_scratch.forward(layer, x, bias, _SCRATCH[x.device].deq)
+    if kind is not None and kinds.KINDS[kind].launch is None:  # a kind with its own forward (the scratch path)
+        return kinds.KINDS[kind].forward(layer, x, bias)
     return _gemm_after(layer, m, x.dtype, lambda tables, mode, dep: paro_rotate.rotate(x, tables, mode, trigger=dep),
                        bias, tile or tile_for(layer, m, kind))
 
@@ -178,7 +144,7 @@ def fuses(layer: ParoLayer, producer) -> bool:
     """Whether the producer's rows run fused (kernels/producers.py): in its band
     (paro_producers.FUSED_MAX_M), on a kernel that reads the prologue's output (the scratch path
     reads the activations themselves)."""
-    return paro_producers.in_band(producer) and kind_for(layer, producer.rows) != "scratch"
+    return paro_producers.in_band(producer) and kinds.KINDS[kind_for(layer, producer.rows)].MODE is not None
 
 
 def forward_produced(layer: ParoLayer, producer, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -199,3 +165,18 @@ def _gemm_after(layer: ParoLayer, m: int, dtype: torch.dtype, prologue, bias: to
     dep = layer.pdl and launches_dependent(t)
     a, s, rs = prologue(layer.tables, prologue_mode(t.kind, layer.i8), dep)
     return gemm_rotated(layer, a, s, rs, dtype, t, bias, pdl=dep)
+
+
+# ----------------------------------------------------------------------------- the ("paroquant", "cuda") entry
+# of kernels/methods/paroquant.py: a PreparedLinear's payload is this module's ParoLayer
+def prepare_linear(prep: PreparedLinear, t: ParoTensors) -> None:
+    prep.data["paro"] = prepare([t.qweight], [t.qzeros], [t.scales], prep.rotations, prep.runs,  # type: ignore[assignment]
+                                config=prep.config)
+
+
+def forward_linear(prep: PreparedLinear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return forward(prep.data["paro"], x, bias=bias)  # type: ignore[arg-type]
+
+
+def produced_linear(prep: PreparedLinear, producer, bias: torch.Tensor | None) -> torch.Tensor:
+    return forward_produced(prep.data["paro"], producer, bias=bias)  # type: ignore[arg-type]

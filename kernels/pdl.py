@@ -7,24 +7,18 @@ the program's weights prefetched into L2 per thread or by the TMA unit (both slo
 the top), its first step's loads (a tie). Arithmetic is
 unchanged, so outputs are bit-identical with and without it. Where it loses (paroquant's split-8 and
 16-token tiles, pq2's planes) the tables leave the launch serial. Off below sm_90 (the instructions
-do not exist there). RADIANCE_PDL: `auto` (default) on where the GPU has it, `on` requires it, `off`.
+do not exist there). RADIANCE_PDL (KernelConfig.pdl): `auto` (default) on where the GPU has it,
+`on` requires it, `off`.
 """
 
 from __future__ import annotations
 
-import os
-
 KNOB = "RADIANCE_PDL"
-MODES = ("auto", "on", "off")
 
 
-def enabled(capability: tuple[int, int], env=None) -> bool:
+def enabled(capability: tuple[int, int], mode: str) -> bool:
     """Whether the decode linears launch their GEMM dependent on the activation pass on a GPU of
-    this capability (the tables then say which tiles do)."""
-    env = os.environ if env is None else env
-    mode = env.get(KNOB, "") or "auto"
-    if mode not in MODES:
-        raise ValueError(f"{KNOB}={mode!r}: use auto, on or off")
+    this capability (the tables then say which tiles do); `mode` as kernels/config.py checked it."""
     if mode == "on" and capability < (9, 0):
         raise ValueError(f"{KNOB}=on: programmatic dependent launch needs sm_90+, this GPU is "
                          f"sm_{capability[0]}{capability[1]}; use auto or off")

@@ -16,12 +16,6 @@ from dataclasses import dataclass
 import torch
 
 from radiance.kernels import reference
-from radiance.knobs import knob
-
-
-def asked() -> tuple[bool, bool]:
-    """(norms, silu-mul): which producers RADIANCE_PQ_ROT_STREAM / RADIANCE_PQ_ROT_STREAM2 ask for."""
-    return knob("RADIANCE_PQ_ROT_STREAM") == "1", knob("RADIANCE_PQ_ROT_STREAM2") == "1"
 
 
 class _Rows:

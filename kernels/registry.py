@@ -9,7 +9,8 @@ logged once per distinct plan, and a call only looks its row count up. A kernel 
 in a list -- preferred on a narrow band high up, a fallback on a wide one further down -- and
 disabling its name removes both. Modelled on vLLM's mixed-precision kernel choice.
 
-No torch, no vLLM: the plan is pure data, unit-tested with faked capabilities.
+No torch, no vLLM: the plan is pure data, unit-tested with faked capabilities. The registries
+themselves are the methods' (kernels/methods names each platform's); this module imports none.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from radiance.knobs import knob
+from radiance.kernels import methods
 
 log = logging.getLogger("radiance.kernels")
 ROWS_MAX = 1 << 31  # "no upper edge"
@@ -37,10 +38,17 @@ class Target:
     interpret: bool = False  # Triton's CPU interpreter: no Gluon, no inline PTX
     decode_max_m: int = 64  # RADIANCE_PQ_DECODE_MAX_M
     exact: bool = False  # only kernels bit-identical to the method's reference order (a test fixture)
+    disabled: frozenset[str] = frozenset()  # RADIANCE_DISABLED_KERNELS
 
     @property
     def sm(self) -> str:
         return f"sm_{self.cap[0]}{self.cap[1]}" if self.cap else self.platform
+
+    @classmethod
+    def of(cls, method: str, platform: str, n: int, k: int, config, cap: tuple[int, int] | None = None,
+           i8: bool = False, exact: bool = False) -> Target:
+        """The target of a layer prepared under `config` (kernels/config.KernelConfig)."""
+        return cls(method, platform, n, k, cap, i8, config.interpret, config.decode_max_m, exact, config.disabled)
 
 
 Check = Callable[[Target], "str | None"]  # None: can run; else the reason it cannot
@@ -66,7 +74,7 @@ class KernelSpec:
             return False, f"needs sm_{self.min_cap[0]}{self.min_cap[1]}+, this is {t.sm}"
         if t.exact and not self.exact:
             return False, "not bit-identical to the reference order (exact kernels asked)"
-        if self.name in disabled():
+        if self.name in t.disabled:
             return False, "disabled by RADIANCE_DISABLED_KERNELS"
         reason = self.check(t) if self.check else None
         return (False, reason) if reason else (True, "")
@@ -92,16 +100,25 @@ class Plan:
                          for lo, hi, s in self.pieces)
 
 
-def disabled() -> set[str]:
-    raw = knob("RADIANCE_DISABLED_KERNELS") or ""
-    names = {n.strip() for n in raw.split(",") if n.strip()}
-    if names - set(ALL):  # a name of a registry not imported yet is still a name
-        from radiance.kernels import mxfp4_ops, paro_table, pq2_table  # noqa: F401 -- they register
-    unknown = names - set(ALL)
+def known() -> set[str]:
+    """Every kernel name of every method on every platform (each registry the MethodSpecs name is
+    imported: importing one registers its names)."""
+    for spec in methods.METHODS.values():
+        for entry in spec.platforms.values():
+            if entry.kernels:
+                methods.resolve(entry.kernels)
+    return set(ALL)
+
+
+def check_disabled(names: frozenset[str]) -> None:
+    """RADIANCE_DISABLED_KERNELS names only kernels some registry has (a name of a registry not
+    imported yet is still a name)."""
+    if not names - set(ALL):
+        return
+    unknown = names - known()
     if unknown:
         raise ValueError(f"RADIANCE_DISABLED_KERNELS names {', '.join(sorted(unknown))}, which no registry has; "
                          f"kernels: {', '.join(sorted(ALL))}")
-    return names
 
 
 ALL: dict[str, None] = {}  # every registered kernel name (for the knob's check and the docs)
@@ -119,6 +136,7 @@ _LOGGED: set[tuple[str, str, str]] = set()
 def choose(specs: list[KernelSpec], t: Target, only: str | None = None) -> Plan:
     """The plan for this layer: each piece of the row axis to the first spec that can run it.
     `only`: that kernel on every row it can take (benchmarks and tests force a path this way)."""
+    check_disabled(t.disabled)
     if only is not None and only not in {s.name for s in specs}:
         raise ValueError(f"radiance: no kernel {only!r} for {t.method} on {t.platform}; "
                          f"it has {', '.join(dict.fromkeys(s.name for s in specs))}")

@@ -11,8 +11,8 @@ after its own warm-up (its JIT monitor). So the kernels a model can ever ask for
   Triton's per-process cache then holds every variant before vLLM's monitor starts (loaded from
   the disk cache the launcher filled, or compiled here when it missed one; `cache_entries` counts).
 
-Which rows: every M from 1 to ALL_M, where the tables' bands and tiles change (kernels/paro_table,
-kernels/pq2_table; test_warmup checks that nothing changes above), then one row count of each of
+Which rows: every M from 1 to ALL_M, where the kinds' bands and tiles change (kernels/nvidia/;
+test_warmup checks that nothing changes above), then one row count of each of
 Triton's integer specializations above it (a multiple of 16 and not), which stand for every larger M.
 """
 
@@ -27,9 +27,12 @@ from pathlib import Path
 
 import torch
 
-from radiance.kernels import ops
+from radiance.kernels import methods, ops
 from radiance.kernels.formats.paroquant import GROUP_SIZE
-from radiance.kernels.linear_spec import NO_GPU, ROTATED_METHODS, LinearSpec  # noqa: F401  (the warm-up's interface)
+from radiance.kernels.linear import DTYPES
+from radiance.kernels.producers import AddRmsNorm, SiluMul
+from radiance.kernels.linear_spec import NO_GPU, LinearSpec  # noqa: F401  (the warm-up's interface)
+from radiance.kernels.methods import ROTATED_METHODS
 
 ALL_M = 1024  # every row count up to here is warmed; the tables choose the same kernels for any M above
 ABOVE_M = (ALL_M + 1, ALL_M + 16)  # Triton specializes integer arguments on divisibility by 16
@@ -46,35 +49,27 @@ def spec_of(prep: ops.PreparedLinear, bias: torch.Tensor | None, dtype: torch.dt
 
 def synthetic(spec: LinearSpec, device: torch.device, seed: int = 0, platform: str | None = None) -> ops.PreparedLinear:
     """A prepared layer of `spec`'s shape with random codes and rotations (values are irrelevant to
-    which kernels compile; distinct rotations keep the partitions apart as in a real checkpoint).
-    `platform`: as ops.prepare_* (the offline compile check prepares CPU tensors for a GPU)."""
+    which kernels compile; distinct rotations keep the partitions apart as in a real checkpoint),
+    each tensor drawn from the values its format holds (kernels/methods: `Tensor.values`).
+    `platform`: as ops.prepare's (the offline compile check prepares CPU tensors for a GPU)."""
+    method = methods.get(spec.method)
     g = torch.Generator(device="cpu").manual_seed(seed)
     k, n, groups = spec.k, spec.n, spec.k // GROUP_SIZE
-
-    def ints(*shape, hi):
-        return torch.randint(0, hi, shape, generator=g, dtype=torch.int64).to(device)
-
-    if spec.method == "pq2":
-        return ops.prepare_pq2(ints(n, k // 4, hi=255).to(torch.uint8),
-                               (torch.rand(n, groups, generator=g) * 0.02 + 0.01).half().to(device), platform)
-    if spec.method == "dense":
-        return ops.prepare_dense((torch.randn(n, k, generator=g) * 0.02).to(getattr(torch, spec.dtype)).to(device),
-                                 platform)
-    if spec.method not in ROTATED_METHODS:
-        raise ValueError(f"warm-up: unknown method {spec.method!r}")
+    weights = {}
+    for name, t in method.weights.items():
+        shape, (lo, hi) = t.shape(n, k, 8), t.values
+        dtype = getattr(torch, spec.dtype) if t.dtype == "BF16" else DTYPES[t.dtype]  # a dense weight: the model's
+        if dtype.is_floating_point:
+            w = torch.rand(shape, generator=g) * (hi - lo) + lo
+        else:
+            w = torch.randint(int(lo), int(hi), shape, generator=g, dtype=torch.int64)
+        weights[name] = w.to(dtype).to(device)
     rotations = []
-    for _ in spec.sizes:
+    for _ in spec.sizes if method.rotated else ():
         pairs = torch.argsort(torch.rand(8 * groups, GROUP_SIZE, generator=g), dim=-1).view(8, k).to(torch.int16)
         theta = (torch.rand(8, k // 2, generator=g) * 6.28 - 3.14).half()
         rotations.append(ops.Rotation(pairs.to(device), theta.to(device), torch.ones(1, k, dtype=torch.float16, device=device)))
-    if spec.method == "paroquant_mxfp4":  # e2m1 codes; e8m0 scales near 2^-7 (a realistic weight range)
-        return ops.prepare_paroquant_mxfp4(ints(n, k // 2, hi=256).to(torch.uint8),
-                                           ints(n, k // 32, hi=4).to(torch.uint8) + 118, rotations,
-                                           list(spec.sizes), platform)
-    word = ints(k, n // 8, hi=1 << 31).to(torch.int32)
-    zeros = ints(groups, n // 8, hi=1 << 31).to(torch.int32)
-    scales = (torch.rand(groups, n, generator=g) * 0.02 + 0.01).half().to(device)
-    return ops.prepare_paroquant(word, zeros, scales, rotations, list(spec.sizes), platform)
+    return ops.prepare(spec.method, weights, rotations, list(spec.sizes), platform)
 
 
 def warm(prep: ops.PreparedLinear, spec: LinearSpec, device: torch.device, rows: list[int] | None = None) -> None:
@@ -91,20 +86,15 @@ def warm(prep: ops.PreparedLinear, spec: LinearSpec, device: torch.device, rows:
 def warm_producers(prep: ops.PreparedLinear, spec: LinearSpec, device: torch.device,
                    bias: torch.Tensor | None = None) -> None:
     """The fused producers the knobs turn on (RADIANCE_PQ_ROT_STREAM / _ROT_STREAM2), at every row
-    count each runs fused: a layer of this spec may sit after a norm or a silu-mul, so both."""
-    from radiance.kernels.producers import AddRmsNorm, SiluMul, asked
-
-    if not ops.can_produce(prep)[0]:
+    count each runs fused (the platform's `fused_rows`): a layer of this spec may sit after a norm
+    or a silu-mul, so both."""
+    entry = methods.get(prep.method).platforms[prep.platform]
+    if not ops.can_produce(prep)[0] or entry.fused_rows is None:
         return
-    if prep.method == "pq2":  # pq2's quantizer fuses both up to its own band
-        from radiance.kernels.pq2_ops import PRODUCER_MAX_M
-
-        band = {"norm": PRODUCER_MAX_M, "silu_mul": PRODUCER_MAX_M}
-    else:
-        from radiance.kernels.triton.paro_producers import FUSED_MAX_M as band
+    band = methods.resolve(entry.fused_rows)
     dtype = getattr(torch, spec.dtype)
     w = torch.ones(spec.k, dtype=dtype, device=device)
-    for on, kind in zip(asked(), ("norm", "silu_mul")):
+    for on, kind in zip(prep.config.producers, ("norm", "silu_mul")):
         for m in range(1, band[kind] + 1) if on else ():
             x = torch.randn(m, spec.k * (2 if kind == "silu_mul" else 1), dtype=dtype, device=device)
             if kind == "silu_mul":

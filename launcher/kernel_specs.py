@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from radiance.checkpoint import CheckpointError, read_header
-from radiance.kernels.linear_spec import ROTATED_METHODS, LinearSpec
+from radiance.kernels.linear_spec import LinearSpec
+from radiance.kernels.methods import METHODS, ROTATED_METHODS
 
 GROUP = 128
 # vLLM's merged projections (its packed_modules_mapping for Llama/Qwen-family models), in order
@@ -47,17 +48,6 @@ def activation_dtype(config: dict, stack_dtype: str) -> str:
         return stack_dtype
     found = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
     return "float16" if found == "float16" else "bfloat16"  # vLLM serves fp32 checkpoints in bf16 on GPUs
-
-
-def _shape_of(quant: str, shape: list[int]) -> tuple[int, int]:
-    """(N, K) of a module from its `qweight` (quantized) or `weight` (dense) shape."""
-    if quant == "paroquant":
-        return shape[1] * 8, shape[0]  # [K, N/8] int32
-    if quant == "pq2":
-        return shape[0], shape[1] * 4  # [N, K/4] uint8
-    if quant == "paroquant_mxfp4":
-        return shape[0], shape[1] * 2  # [N, K/2] uint8
-    return shape[0], shape[1]
 
 
 def _raw(tensors: dict, name: str) -> bytes:
@@ -103,15 +93,16 @@ def linear_groups(model_dir: Path, quant: str) -> tuple[list[Group], dict]:
     """The checkpoint's quantized (and skipped 2-D) linears as vLLM merges them, and the tensor headers."""
     model_dir = Path(model_dir)
     tensors = headers(model_dir)
+    spec, dense = METHODS.get(quant), METHODS["dense"]
     kinds: dict[str, tuple[str, tuple[int, int]]] = {}  # module -> (method, (N, K))
     for name, (_, shape, _) in tensors.items():
         mod, _, last = name.rpartition(".")
         if mod.rpartition(".")[2] not in LINEAR_NAMES:
             continue
-        if last == "qweight" or (last == "weight" and f"{mod}.weight_scale" in tensors):  # mxfp4: weight is codes
-            kinds[mod] = (quant, _shape_of(quant, shape))
+        if spec is not None and last == spec.codes and f"{mod}.{spec.marked_by}" in tensors:  # mxfp4: weight is codes
+            kinds[mod] = (quant, spec.nk(tuple(shape)))
         elif last == "weight" and len(shape) == 2:
-            kinds[mod] = ("dense", _shape_of("dense", shape))
+            kinds[mod] = ("dense", dense.nk(tuple(shape)))
     groups: list[Group] = []
     done: set[str] = set()
     for mod in sorted(kinds):

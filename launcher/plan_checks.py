@@ -8,11 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from radiance.kernels.hip import DECODE_MAX_ROWS as GFX_DECODE_MAX_ROWS  # the decode kernel refuses more rows
 from radiance.knobs import KNOBS
 from radiance.launcher.kernel_specs import SpecError, linear_groups
 from radiance.stack import vendor
-
-GFX_DECODE_MAX_ROWS = 64  # kernels/hip/pq_gemm.hip: the decode kernel refuses more rows
 
 
 def decode_band(arch: str, quant_is_plugin: bool, spec: int, max_num_seqs: int | None,

@@ -12,6 +12,7 @@ from vllm.model_executor.layers.linear import LinearBase, LinearMethodBase
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
 from radiance.kernels import ops
+from radiance.kernels.config import KernelConfig
 from radiance.kernels.formats import FormatError
 from radiance.knobs import knob
 from radiance.plugin import checkall, cpu_gemm, custom_op, producer_pass
@@ -48,6 +49,7 @@ class RadianceQuantConfig(QuantizationConfig):
         self.group_size = group_size
         self.modules_to_not_convert = list(modules_to_not_convert or [])
         self.skip = skip_patterns(self.modules_to_not_convert)
+        self.kernels = KernelConfig.from_knobs()  # the kernels' knobs, resolved once for every layer (kernels/config.py)
         self.hf_prefixes: list[tuple[str, str]] = []  # (vLLM prefix, checkpoint prefix), see apply_vllm_mapper
 
     def __repr__(self) -> str:
@@ -78,9 +80,9 @@ class RadianceQuantConfig(QuantizationConfig):
         if not isinstance(layer, LinearBase):
             return None  # embeddings and lm_head stay 16-bit
         if is_skipped(prefix, self.packed_modules_mapping, self.skip, self.hf_prefixes):
-            return SkinnyUnquantizedLinearMethod(prefix)
+            return SkinnyUnquantizedLinearMethod(prefix, self.kernels)
         _require_eager_for_checkall()
-        producer_pass.install(get_current_vllm_config_or_none())
+        producer_pass.install(get_current_vllm_config_or_none(), self.kernels.producers)
         return self.LINEAR(self, prefix)
 
 
@@ -145,8 +147,9 @@ class RadianceLinearMethod(LinearMethodBase):
         path = cpu_gemm.use_vllm_gemm(layer, prep)
         if path is not None:
             info_once("%s on CPU: RADIANCE_CPU_WEIGHTS=%s, vLLM's %s GEMM in %s", self.config.get_name(),
-                      knob("RADIANCE_CPU_WEIGHTS"), path, str(layer.params_dtype).removeprefix("torch."))
-        check = checkall.checker(layer, lay, self.config.get_name(), self._exact, prep.out_features, prep.in_features)
+                      prep.config.cpu_weights, path, str(layer.params_dtype).removeprefix("torch."))
+        check = checkall.checker(layer, lay, self.config.get_name(), self._exact, prep.out_features, prep.in_features,
+                                 self.config.kernels.producers)
         custom_op.attach(layer, prep, check)
         if check is None:
             release(layer, self.PREPARED_FROM)

@@ -7,7 +7,7 @@ layer) logs `CHECKALL <layer> ... rel=<|y - round(y_ref)| / |y_ref|> rel_fp32=<|
 call=<checked so far> [rank=<r>/<tp> slice=<N>:<K>]` over its first RADIANCE_PQ_CHECK_MAX_M rows. `rel` measures the kernel against the exact result rounded to
 the kernel's output dtype (0 for the CPU path, which is exact); `rel_fp32` adds that rounding
 (~1.6e-3 for bf16 outputs). The reference dequantizes the raw checkpoint tensors in chunks of
-`CHUNK` output columns (never a full code matrix: the seed's int64 version OOM'd a worker), per
+`CHUNK` output columns (never a full code matrix: a 27B layer's int64 codes fill a worker's memory), per
 projection, so it also checks the rotation dedup and the partition mapping. Calls whose input is
 all zeros (vLLM's profile run) are labeled `zero-input` instead of passing vacuously. With the
 producer knobs set, the linears fed by a norm or silu-mul also check the fused producers
@@ -23,7 +23,6 @@ import torch
 
 from radiance.kernels import reference
 from radiance.kernels.formats.pq2 import Pq2Tensors
-from radiance.kernels.producers import asked
 from radiance.knobs import checkall_shapes, knob, knob_int
 from radiance.plugin import checkall_producers
 from radiance.plugin.layout import Layout
@@ -71,9 +70,11 @@ def pq2_exact(layer, lay: Layout, x: torch.Tensor, bias: torch.Tensor | None) ->
     return out if bias is None else out + bias.float()
 
 
-def checker(layer, lay: Layout, method: str, exact: Callable, n_rank: int, k_rank: int):
+def checker(layer, lay: Layout, method: str, exact: Callable, n_rank: int, k_rank: int,
+            producers: tuple[bool, bool] = (False, False)):
     """A hook for custom_op (called with the kernel's x, y, bias), or None when the layer's full-model
-    shape is not gated. (n_rank, k_rank): what this rank's kernel computes."""
+    shape is not gated. (n_rank, k_rank): what this rank's kernel computes. `producers`: the fused
+    producers the layer's KernelConfig asks for (norms, silu-mul), whose sites are checked too."""
     n, k = sum(lay.disk_n), lay.disk_k
     if (n, k) not in gated_shapes():
         return None
@@ -81,9 +82,9 @@ def checker(layer, lay: Layout, method: str, exact: Callable, n_rank: int, k_ran
     max_m = knob_int("RADIANCE_PQ_CHECK_MAX_M")
     max_calls = knob_int("RADIANCE_PQ_CHECK_MAX_CALLS") if knob("RADIANCE_PQ_CHECK_MAX_CALLS") else None
     done = [0]
-    producers = any(asked())
-    if producers:
-        checkall_producers.install()
+    fused = any(producers)
+    if fused:
+        checkall_producers.install(*producers)
 
     def check(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None) -> None:
         rows = x[:max_m]
@@ -100,7 +101,7 @@ def checker(layer, lay: Layout, method: str, exact: Callable, n_rank: int, k_ran
         rel = float((got - ref.to(y.dtype).float()).norm() / norm)
         rel_fp32 = float((got - ref).norm() / norm)
         log.info("%s rel=%.3e rel_fp32=%.3e call=%d%s", head, rel, rel_fp32, done[0], where)
-        if producers:
+        if fused:
             checkall_producers.check(layer, head, x, y, bias, max_m)
 
     return check

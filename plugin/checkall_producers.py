@@ -20,7 +20,7 @@ from collections import OrderedDict
 import torch
 
 from radiance.kernels import ops
-from radiance.kernels.producers import AddRmsNorm, SiluMul, asked
+from radiance.kernels.producers import AddRmsNorm, SiluMul
 
 log = logging.getLogger("radiance.plugin.checkall")
 KEEP = 8  # recorded calls kept (a linear consumes its producer's output right after it)
@@ -38,12 +38,12 @@ def _remember(out: torch.Tensor, producer, residual_out: torch.Tensor | None) ->
 _SAVED: dict = {}  # class -> its own forward while wrapped (None: inherited)
 
 
-def install() -> None:
-    """Wrap vLLM's RMSNorm and SiluAndMul forwards (once per process) so they record their calls."""
+def install(norms: bool, acts: bool) -> None:
+    """Wrap vLLM's RMSNorm (norms) and SiluAndMul (acts) forwards (once per process) so they record
+    their calls: the producers the layers' KernelConfig asks for."""
     from vllm.model_executor.layers.activation import SiluAndMul
     from vllm.model_executor.layers.layernorm import RMSNorm
 
-    norms, acts = asked()
     before = len(_SAVED)
     if norms and RMSNorm not in _SAVED:
         _SAVED[RMSNorm] = RMSNorm.__dict__.get("forward")

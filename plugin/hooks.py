@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import sys
 
+from radiance.kernels import methods
+
 log = logging.getLogger("radiance.plugin")
 
 
@@ -27,12 +29,13 @@ def register_all() -> None:
     check_vllm()  # a vLLM outside the tested range fails here, naming both versions
     from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS, get_quantization_config
 
-    from radiance.plugin import custom_op, paroquant, paroquant_mxfp4, pq2, producer_ops
+    from radiance.plugin import custom_op, producer_ops  # they import vLLM: after its version is checked
 
     custom_op.register_op()
     producer_ops.register_ops()
-    for name, cls in (("paroquant", paroquant.ParoQuantConfig), ("pq2", pq2.Pq2Config),
-                      ("paroquant_mxfp4", paroquant_mxfp4.ParoQuantMxfp4Config)):
-        if name not in QUANTIZATION_METHODS or get_quantization_config(name) is not cls:
-            raise RuntimeError(f"quantization method {name!r} did not register with vLLM")
-    log.debug("registered quantization methods paroquant, pq2, paroquant_mxfp4")
+    served = [s for s in methods.METHODS.values() if s.plugin]
+    for spec in served:
+        cls = methods.resolve(spec.plugin)  # importing its module registers it with vLLM
+        if spec.name not in QUANTIZATION_METHODS or get_quantization_config(spec.name) is not cls:
+            raise RuntimeError(f"quantization method {spec.name!r} did not register with vLLM")
+    log.debug("registered quantization methods %s", ", ".join(s.name for s in served))

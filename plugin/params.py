@@ -11,15 +11,15 @@ first checks the tensor against the format (`TensorSpec`) and names it in the er
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from vllm.model_executor.parameter import BasevLLMParameter, GroupQuantScaleParameter, PackedvLLMParameter
 
-from radiance.kernels import ops
+from radiance.kernels import methods, ops
 from radiance.kernels.formats import FormatError
+from radiance.kernels.linear import DTYPES
 from radiance.plugin.layout import Layout
 
 
@@ -28,6 +28,12 @@ class TensorSpec:
     name: str
     dtype: torch.dtype
     disk_shape: Callable[[int, int], tuple[int, ...]]  # (K, N) on disk -> shape on disk
+
+
+def tensor_specs(method: str, krot: int = 0) -> dict[str, TensorSpec]:
+    """The method's checkpoint tensors (kernels/methods) as the loaders check them."""
+    return {name: TensorSpec(name, DTYPES[t.dtype], lambda k, n, t=t: t.shape(n, k, krot))
+            for name, t in methods.get(method).tensors.items()}
 
 
 def check_tensor(lay: Layout, spec: TensorSpec, loaded: torch.Tensor, shard_id) -> None:
@@ -109,28 +115,12 @@ def partition_rotation(layer, p: int) -> ops.Rotation:
     return ops.Rotation(layer.pairs.data[p], layer.theta.data[p], layer.channel_scales.data[p])
 
 
-# The most distinct rotations one GPU GEMM of a rotated method takes (its kernels' own constant);
-# the CPU path takes any number. A (method, platform) with no kernel module has no entry to read:
-# ops.prepare_* then refuses the method on that platform by itself.
-_GPU_ROTATION_LIMITS = {
-    ("paroquant", "cuda"): ("radiance.kernels.paro_ops", "MAX_PARTS"),
-    ("paroquant", "rocm"): ("radiance.kernels.hip.layout", "MAX_ROTATIONS"),
-    ("paroquant_mxfp4", "cuda"): ("radiance.kernels.mxfp4_ops", "MAX_PARTS"),
-    ("paroquant_mxfp4", "rocm"): ("radiance.kernels.hip.mxfp4", "MAX_ROTATIONS"),
-}
-
-
 def rotation_limit(method: str, platform: str) -> int | None:
-    where = _GPU_ROTATION_LIMITS.get((method, platform))
-    if where is None:
-        return None
-    try:
-        module = importlib.import_module(where[0])
-    except ModuleNotFoundError as exc:
-        if exc.name != where[0]:
-            raise
-        return None
-    return int(getattr(module, where[1]))
+    """The most distinct rotations one GEMM of `method` takes on `platform` (its MethodSpec's
+    column); None where any number runs (the CPU) or the platform has no kernels for it (ops.prepare
+    then refuses the method there by itself)."""
+    entry = methods.get(method).platforms.get(platform)
+    return None if entry is None else entry.rotation_limit
 
 
 def check_rotation_limit(lay: Layout, method: str, rotations: list[ops.Rotation], device) -> None:

@@ -13,33 +13,19 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from vllm.model_executor.layers.linear import register_weight_loader_v2_supported_method
 from vllm.model_executor.layers.quantization import register_quantization_config
 
-from radiance.kernels import ops
+from radiance.kernels import methods, ops
 from radiance.kernels.formats import FormatError, check_format_version
 from radiance.kernels.formats import paroquant as fmt
 from radiance.plugin import checkall
 from radiance.plugin.base import RadianceLinearMethod, RadianceQuantConfig, config_int
 from radiance.plugin.layout import GROUP, Layout
-from radiance.plugin.params import (
-    TensorSpec, check_rotation_limit, packed_param, partition_rotation, rotation_params,
-)
+from radiance.plugin.params import check_rotation_limit, packed_param, partition_rotation, rotation_params, tensor_specs
 from radiance.plugin.skip import checkpoint_skips
 
-PACK = 8  # int4 codes per int32
-
-
-def specs(krot: int) -> dict[str, TensorSpec]:
-    return {
-        "qweight": TensorSpec("qweight", torch.int32, lambda k, n: (k, n // PACK)),
-        "qzeros": TensorSpec("qzeros", torch.int32, lambda k, n: (k // GROUP, n // PACK)),
-        "scales": TensorSpec("scales", torch.float16, lambda k, n: (k // GROUP, n)),
-        "pairs": TensorSpec("pairs", torch.int16, lambda k, n: (krot, k)),
-        "theta": TensorSpec("theta", torch.float16, lambda k, n: (krot, k // 2)),
-        "channel_scales": TensorSpec("channel_scales", torch.float16, lambda k, n: (1, k)),
-    }
+PACK = methods.get("paroquant").n_pack  # int4 codes per int32, along N
 
 
 @register_weight_loader_v2_supported_method
@@ -55,7 +41,7 @@ class ParoQuantLinearMethod(RadianceLinearMethod):
                     f"{PACK}, so the int4 packing cannot be split there; use a tensor-parallel size that "
                     "keeps each partition a multiple of 8 columns"
                 )
-        s, k, n, krot = specs(self.config.krot), lay.k, sum(lay.sizes), self.config.krot
+        s, k, n, krot = tensor_specs("paroquant", self.config.krot), lay.k, sum(lay.sizes), self.config.krot
         params = {
             "qweight": packed_param(lay, s["qweight"], (k, n // PACK), 0, 1, 1, PACK, weight_loader),
             "qzeros": packed_param(lay, s["qzeros"], (k // GROUP, n // PACK), 0, 1, 1, PACK, weight_loader),
@@ -74,7 +60,8 @@ class ParoQuantLinearMethod(RadianceLinearMethod):
             fmt.validate(part, lay.names[p], self.config.bits, self.config.group_size)
             rotations.append(rot)
         check_rotation_limit(lay, "paroquant", rotations, qw.device)
-        return ops.prepare_paroquant(qw, qz, sc, rotations, lay.sizes)
+        return ops.prepare("paroquant", {"qweight": qw, "qzeros": qz, "scales": sc}, rotations, lay.sizes,
+                           config=self.config.kernels)
 
     def _exact(self, layer, lay, x, bias):
         return checkall.paroquant_exact(layer, lay, x, bias)

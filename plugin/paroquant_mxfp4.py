@@ -9,7 +9,6 @@ Served by the CPU paths (kernels/ops.py); a GPU has no kernel for it yet, which 
 
 from __future__ import annotations
 
-import torch
 from vllm.model_executor.layers.linear import register_weight_loader_v2_supported_method
 from vllm.model_executor.layers.quantization import register_quantization_config
 
@@ -18,21 +17,10 @@ from radiance.kernels.formats import paroquant_mxfp4 as fmt
 from radiance.plugin import checkall
 from radiance.plugin.base import RadianceLinearMethod
 from radiance.plugin.layout import Layout
-from radiance.plugin.params import (
-    TensorSpec, check_rotation_limit, packed_param, partition_rotation, rotation_params,
-)
+from radiance.plugin.params import check_rotation_limit, packed_param, partition_rotation, rotation_params, tensor_specs
 from radiance.plugin.paroquant import ParoQuantConfig
-from radiance.plugin.paroquant import specs as paro_specs
 
 PACK = 2  # e2m1 codes per byte
-
-
-def specs(krot: int) -> dict[str, TensorSpec]:
-    return {
-        "weight": TensorSpec("weight", torch.uint8, lambda k, n: (n, k // PACK)),
-        "weight_scale": TensorSpec("weight_scale", torch.uint8, lambda k, n: (n, k // fmt.BLOCK)),
-        **{name: paro_specs(krot)[name] for name in ("pairs", "theta", "channel_scales")},
-    }
 
 
 @register_weight_loader_v2_supported_method
@@ -41,7 +29,7 @@ class ParoQuantMxfp4LinearMethod(RadianceLinearMethod):
     PREPARED_FROM = ("weight", "weight_scale")
 
     def _create(self, layer, lay: Layout, weight_loader) -> None:
-        s, k, n, krot = specs(self.config.krot), lay.k, sum(lay.sizes), self.config.krot
+        s, k, n, krot = tensor_specs("paroquant_mxfp4", self.config.krot), lay.k, sum(lay.sizes), self.config.krot
         params = {
             "weight": packed_param(lay, s["weight"], (n, k // PACK), 1, 0, 1, PACK, weight_loader),
             "weight_scale": packed_param(lay, s["weight_scale"], (n, k // fmt.BLOCK), 1, 0, None, 1, weight_loader),
@@ -59,7 +47,8 @@ class ParoQuantMxfp4LinearMethod(RadianceLinearMethod):
                          self.config.group_size)
             rotations.append(rot)
         check_rotation_limit(lay, "paroquant_mxfp4", rotations, w.device)
-        return ops.prepare_paroquant_mxfp4(w, sc, rotations, lay.sizes)
+        return ops.prepare("paroquant_mxfp4", {"weight": w, "weight_scale": sc}, rotations, lay.sizes,
+                           config=self.config.kernels)
 
     def _exact(self, layer, lay, x, bias):
         return checkall.paroquant_mxfp4_exact(layer, lay, x, bias)

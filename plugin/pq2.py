@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from vllm.model_executor.layers.linear import register_weight_loader_v2_supported_method
 from vllm.model_executor.layers.quantization import register_quantization_config
 
@@ -19,14 +18,11 @@ from radiance.kernels.formats import pq2 as fmt
 from radiance.plugin import checkall
 from radiance.plugin.base import RadianceLinearMethod, RadianceQuantConfig, config_int
 from radiance.plugin.layout import GROUP, Layout
-from radiance.plugin.params import TensorSpec, packed_param
+from radiance.plugin.params import packed_param, tensor_specs
 from radiance.plugin.skip import checkpoint_skips
 
 PACK = 4  # ternary codes per byte
-SPECS = {
-    "qweight": TensorSpec("qweight", torch.uint8, lambda k, n: (n, k // PACK)),
-    "scales": TensorSpec("scales", torch.float16, lambda k, n: (n, k // GROUP)),
-}
+SPECS = tensor_specs("pq2")
 
 
 @register_weight_loader_v2_supported_method
@@ -45,7 +41,7 @@ class Pq2LinearMethod(RadianceLinearMethod):
         qw, sc = layer.qweight.data, layer.scales.data
         for name, (n0, n1) in zip(lay.names, lay.partition_bounds()):
             fmt.validate(fmt.Pq2Tensors(qw[n0:n1], sc[n0:n1]), name, self.config.bits, self.config.group_size)
-        return ops.prepare_pq2(qw, sc)
+        return ops.prepare("pq2", {"qweight": qw, "scales": sc}, config=self.config.kernels)
 
     def _exact(self, layer, lay, x, bias):
         return checkall.pq2_exact(layer, lay, x, bias)

@@ -1,5 +1,5 @@
-"""The graph pass that fuses each rotated linear's producer into its prologue (the seed's ROT_STREAM /
-ROT_STREAM2): in the post-grad graph vLLM compiles, a `radiance_linear` whose input is
+"""The graph pass that fuses each rotated linear's producer into its prologue (RADIANCE_PQ_ROT_STREAM /
+_ROT_STREAM2): in the post-grad graph vLLM compiles, a `radiance_linear` whose input is
 
 - vLLM's `rms_norm` / `fused_add_rms_norm` IR op (RADIANCE_PQ_ROT_STREAM), or
 - SiluAndMul's decomposition (RADIANCE_PQ_ROT_STREAM2; matched against the same function traced
@@ -32,7 +32,7 @@ from torch._guards import detect_fake_mode
 from torch.utils._pytree import tree_map
 from vllm.compilation.passes.inductor_pass import InductorPass
 
-from radiance.kernels import ops, producers
+from radiance.kernels import ops
 from radiance.knobs import knob
 from radiance.plugin import custom_op
 
@@ -227,10 +227,11 @@ def _view_chain(node: fx.Node) -> list[fx.Node]:
     return out
 
 
-def install(cfg) -> None:
+def install(cfg, asked: tuple[bool, bool]) -> None:
     """Put the pass into the vLLM config being built (the quant config's get_quant_method runs before
-    vLLM's compiler copies it) when RADIANCE_PQ_ROT_STREAM / _ROT_STREAM2 ask for it."""
-    norms, acts = producers.asked()
+    vLLM's compiler copies it) when the KernelConfig asks for producers (RADIANCE_PQ_ROT_STREAM /
+    _ROT_STREAM2: (norms, silu-mul))."""
+    norms, acts = asked
     if not (norms or acts) or cfg is None:
         return
     cc = cfg.compilation_config

@@ -8,6 +8,7 @@ import torch
 from vllm.model_executor.layers.linear import UnquantizedLinearMethod, register_weight_loader_v2_supported_method
 
 from radiance.kernels import ops
+from radiance.kernels.config import KernelConfig
 from radiance.kernels.formats import FormatError
 from radiance.knobs import knob
 from radiance.plugin import cpu_gemm, custom_op
@@ -80,9 +81,10 @@ class SkinnyUnquantizedLinearMethod(UnquantizedLinearMethod):
     """vLLM's unquantized weights, computed through radiance's op so GPU rows can route skinny
     (decode-band) calls to a split-K kernel instead of a GEMM library's poor small-M choice."""
 
-    def __init__(self, prefix: str = "") -> None:
+    def __init__(self, prefix: str = "", kernels: KernelConfig | None = None) -> None:
         super().__init__()
         self.prefix = prefix
+        self.kernels = kernels  # the quant config's (None: the knobs as set at load)
 
     def create_weights(self, layer, input_size_per_partition, output_partition_sizes, input_size,
                        output_size, params_dtype, **extra_weight_attrs):
@@ -91,7 +93,7 @@ class SkinnyUnquantizedLinearMethod(UnquantizedLinearMethod):
         custom_op.declare(layer, self.prefix, sum(output_partition_sizes))
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
-        prep = ops.prepare_dense(layer.weight.data)
+        prep = ops.prepare("dense", {"weight": layer.weight.data}, config=self.kernels)
         if cpu_gemm.use_vllm_gemm(layer, prep) is not None:
             # vLLM's GEMM holds what it needs (a packed copy, or this weight): as vLLM's own
             # unquantized method, the parameter keeps nothing more

@@ -37,10 +37,9 @@ from safetensors.torch import save_file
 from radiance import atomic
 from radiance.checkpoint import DTYPE_BYTES
 from radiance.checksums import write_manifest
+from radiance.kernels import methods
 from radiance.kernels.formats import FORMAT_KEY, FORMAT_VERSION
 from radiance.kernels.formats import paroquant as paro_fmt
-from radiance.kernels.formats import paroquant_mxfp4 as mx_fmt
-from radiance.kernels.formats import pq2 as pq2_fmt
 from radiance.progress import bar as progress_bar
 from radiance.quantize import rtn
 from radiance.quantize.learned_options import LearnedOptions, LearnedOptionsError
@@ -49,7 +48,7 @@ from radiance.quantize.learned_options import LearnedOptions, LearnedOptionsErro
 # of Qwen3.5 / Qwen3-Next (in_proj_b / in_proj_a, fused on disk as in_proj_ba; a few rows each), which
 # the plugin keeps in 16 bit too (plugin/skip.py)
 DEFAULT_SKIP = (r"(^|\.)embed_tokens$", r"(^|\.)lm_head$", r"norm", r"(^|\.)visual\.", r"(^|\.)in_proj_(a|b|ba)$")
-FORMATS = ("paroquant", "pq2", "paroquant_mxfp4")
+FORMATS = methods.CHECKPOINT_METHODS
 ROTATIONS = ("identity", "random", "learned")
 MAX_KROT = paro_fmt.MAX_KROT
 # bump when the quantizer's output for the same options changes (cached variants are rebuilt)
@@ -130,12 +129,10 @@ class QuantizeOptions:
         return rec
 
     def quantization_config(self) -> dict:
-        if self.format == "pq2":
-            cfg = {"quant_method": "pq2", "bits": 2, "group_size": pq2_fmt.GROUP_SIZE}
-        elif self.format == "paroquant_mxfp4":
-            cfg = {"quant_method": "paroquant_mxfp4", "bits": 4, "group_size": mx_fmt.BLOCK, "krot": self.krot}
-        else:
-            cfg = {"quant_method": "paroquant", "bits": 4, "group_size": paro_fmt.GROUP_SIZE, "krot": self.krot}
+        spec = methods.get(self.format)
+        cfg = {"quant_method": spec.checkpoint, "bits": spec.bits, "group_size": spec.group_size}
+        if spec.rotated:
+            cfg["krot"] = self.krot
         cfg[FORMAT_KEY] = FORMAT_VERSION  # the plugin refuses a major version it does not read
         if self.skip:  # the plugin must know these linears stay 16-bit (its own list covers the defaults)
             cfg["modules_to_not_convert"] = list(self.skip)
@@ -170,22 +167,17 @@ def quantize_linear(prefix: str, w: torch.Tensor, opts: QuantizeOptions) -> dict
 def _quantize_linear(prefix: str, w: torch.Tensor, opts: QuantizeOptions) -> dict[str, torch.Tensor]:
     n, k = w.shape
     check_linear_shape(prefix, n, k, opts.format)
-    if opts.format == "pq2":
-        t = rtn.pq2_linear_tensors(w)
-        pq2_fmt.validate(t, prefix)
-        return t.to_state(prefix)
-    if opts.rotation == "learned":
-        raise QuantizeError(f"{prefix}: learned rotations are made per decoder layer (quantize/learned.py)")
-    pairs, theta, cs = _rotation(prefix, k, opts)
-    # the rotation is drawn on the CPU (the same seed gives the same checkpoint on every device)
-    pairs, theta = pairs.to(w.device), theta.to(w.device)
-    cs = None if cs is None else cs.to(w.device)
-    if opts.format == "paroquant_mxfp4":
-        t = rtn.paroquant_mxfp4_linear_tensors(w, pairs, theta, cs)
-        mx_fmt.validate(t, prefix)
-        return t.to_state(prefix)
-    t = rtn.paroquant_linear_tensors(w, pairs, theta, cs)
-    paro_fmt.validate(t, prefix)
+    spec = methods.get(opts.format)
+    quantize = methods.resolve(spec.quantize)
+    if not spec.rotated:
+        t = quantize(w)
+    else:
+        if opts.rotation == "learned":
+            raise QuantizeError(f"{prefix}: learned rotations are made per decoder layer (quantize/learned.py)")
+        pairs, theta, cs = _rotation(prefix, k, opts)
+        # the rotation is drawn on the CPU (the same seed gives the same checkpoint on every device)
+        t = quantize(w, pairs.to(w.device), theta.to(w.device), None if cs is None else cs.to(w.device))
+    methods.resolve(spec.validate)(t, prefix)
     return t.to_state(prefix)
 
 
@@ -235,8 +227,10 @@ def check_linear_shape(prefix: str, n: int, k: int, fmt: str) -> None:
         raise QuantizeError(
             f"{prefix}.weight: in_features {k} is not a multiple of 128; leave it unquantized with --skip '{re.escape(prefix)}'"
         )
-    if fmt == "paroquant" and n % 8:
-        raise QuantizeError(f"{prefix}.weight: out_features {n} is not a multiple of 8 (AWQ packing); --skip it")
+    pack = methods.get(fmt).n_pack
+    if n % pack:
+        raise QuantizeError(f"{prefix}.weight: out_features {n} is not a multiple of {pack} (the codes' packing "
+                            "along N); --skip it")
 
 
 @contextlib.contextmanager

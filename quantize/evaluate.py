@@ -22,10 +22,8 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from safetensors import safe_open
 
+from radiance.kernels import methods
 from radiance.kernels import reference as R
-from radiance.kernels.formats import paroquant as paro_fmt
-from radiance.kernels.formats import paroquant_mxfp4 as mx_fmt
-from radiance.kernels.formats import pq2 as pq2_fmt
 from radiance.progress import bar as progress_bar
 from radiance.quantize.convert import RECORD, single_thread
 
@@ -94,38 +92,30 @@ def reference_linears(quant_dir: Path, act: str | None) -> tuple[str, dict[str, 
     if not cfg:
         raise EvalError(f"{quant_dir}/config.json: no quantization_config; give a radiance-quantized checkpoint")
     method = cfg.get("quant_method")
-    if method not in ("paroquant", "pq2", "paroquant_mxfp4"):
-        raise EvalError(f"{quant_dir}/config.json: quant_method {method!r}; eval kl reads paroquant, "
-                        "paroquant_mxfp4 or pq2")
-    mx = method == "paroquant_mxfp4"
+    if method not in methods.CHECKPOINT_METHODS:
+        raise EvalError(f"{quant_dir}/config.json: quant_method {method!r}; eval kl reads "
+                        f"{', '.join(methods.CHECKPOINT_METHODS)}")
+    spec = methods.get(method)
+    tensor_set, validate, dequant = (methods.resolve(r) for r in (spec.tensor_set, spec.validate, spec.dequant))
     state: dict[str, torch.Tensor] = {}
     for shard in sorted(quant_dir.glob("*.safetensors")):
         with safe_open(shard, "pt") as f:
             keys = set(f.keys())  # mxfp4's codes are `weight` beside a `weight_scale`; other weights stay out
-            state.update({k: f.get_tensor(k) for k in keys
-                          if not k.endswith(".weight") or (mx and k.removesuffix(".weight") + ".weight_scale" in keys)})
-    key = ".weight_scale" if mx else ".qweight"
+            state.update({k: f.get_tensor(k) for k in keys if not k.endswith(".weight")
+                          or (spec.codes == "weight" and k.removesuffix(".weight") + f".{spec.marked_by}" in keys)})
+    key = f".{spec.marked_by}"
     prefixes = sorted(k.removesuffix(key) for k in state if k.endswith(key))
     mods = {}
     for p in prefixes:
         bias = state.get(f"{p}.bias")
         bias = None if bias is None else bias.to(torch.float32)
-        if method == "paroquant":
-            t = paro_fmt.ParoTensors.from_state(state, p)
-            paro_fmt.validate(t, p, cfg.get("bits", 4), cfg.get("group_size", 128))
-            plan = R.rotation_plan(t.pairs, t.theta)
-            w = functools.partial(R.dequant_paroquant, t.qweight, t.qzeros, t.scales)
-            mods[p] = ReferenceLinear(w, bias, plan, t.channel_scales.to(torch.float32), act)
-        elif mx:
-            t = mx_fmt.Mxfp4Tensors.from_state(state, p)
-            mx_fmt.validate(t, p, cfg.get("bits", 4), cfg.get("group_size", mx_fmt.BLOCK))
-            plan = R.rotation_plan(t.pairs, t.theta)
-            w = functools.partial(R.dequant_mxfp4, t.weight, t.weight_scale)
-            mods[p] = ReferenceLinear(w, bias, plan, t.channel_scales.to(torch.float32), act)
+        t = tensor_set.from_state(state, p)
+        validate(t, p, cfg.get("bits", spec.bits), cfg.get("group_size", spec.group_size))
+        w = functools.partial(dequant, *(getattr(t, name) for name in spec.weights))
+        if spec.rotated:
+            mods[p] = ReferenceLinear(w, bias, R.rotation_plan(t.pairs, t.theta), t.channel_scales.to(torch.float32), act)
         else:
-            t = pq2_fmt.Pq2Tensors.from_state(state, p)
-            pq2_fmt.validate(t, p, cfg.get("bits", 2), cfg.get("group_size", 128))
-            mods[p] = ReferenceLinear(functools.partial(R.dequant_pq2, t.qweight, t.scales), bias, act=act)
+            mods[p] = ReferenceLinear(w, bias, act=act)
     if not mods:
         raise EvalError(f"{quant_dir}: no quantized linear (no *{key} tensors)")
     return method, mods

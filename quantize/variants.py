@@ -12,23 +12,25 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from radiance.kernels import methods
 from radiance.quantize.convert import QUANTIZER_VERSION, RECORD, QuantizeOptions, quantize_checkpoint
 from radiance.quantize.fetch import fetch_model, is_complete, model_root
 
 
 def variant_name(opts: QuantizeOptions) -> str:
-    if opts.format == "pq2":
-        return "pq2"
-    if opts.format == "paroquant_mxfp4":
-        if opts.rotations_from is not None:
-            return f"mxfp4-rotations-of-{Path(opts.rotations_from).name}"
-        return "mxfp4-" + variant_name(QuantizeOptions("paroquant", opts.rotation, opts.krot, opts.seed)).removeprefix("paroquant-")
+    """The method's variant name (kernels/methods), then, for a rotated method, where its rotations
+    come from."""
+    spec = methods.get(opts.format)
+    if not spec.rotated:
+        return spec.variant
+    if opts.rotations_from is not None:
+        return f"{spec.variant}-rotations-of-{Path(opts.rotations_from).name}"
     if opts.rotation == "identity":
-        return f"paroquant-identity-k{opts.krot}"
+        return f"{spec.variant}-identity-k{opts.krot}"
     if opts.rotation == "learned":
         lo = opts.learned
-        return f"paroquant-learned-k{opts.krot}-s{opts.seed}-n{lo.samples}-l{lo.seq_len}-e{lo.epochs}"
-    return f"paroquant-random-k{opts.krot}-s{opts.seed}"
+        return f"{spec.variant}-learned-k{opts.krot}-s{opts.seed}-n{lo.samples}-l{lo.seq_len}-e{lo.epochs}"
+    return f"{spec.variant}-random-k{opts.krot}-s{opts.seed}"
 
 
 def is_current(out: Path, opts: QuantizeOptions) -> bool:

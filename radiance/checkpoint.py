@@ -17,6 +17,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from radiance.kernels import methods
 from radiance.kernels.formats import FormatError, check_format_version
 from radiance.stack import CHECKPOINT_METHOD
 
@@ -25,8 +26,6 @@ INDEX = "model.safetensors.index.json"
 DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I16": 2, "U16": 2,
                "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 MAX_HEADER = 100 << 20  # safetensors' own limit on the JSON header
-# (bits, group_size) each radiance method reads (kernels/formats/*.validate_config)
-METHOD_BITS = {"paroquant": (4, 128), "paroquant_mxfp4": (4, 32), "pq2": (2, 128)}
 GROUP = 128
 # the linears whose input is the residual stream (K = hidden) and those writing it (N = hidden)
 READS_HIDDEN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
@@ -109,28 +108,19 @@ def read_header(shard: Path, data: bool = True) -> dict[str, Tensor]:
 
 def linear_tensors(quant: str, n: int, k: int, krot: int = 8) -> dict[str, tuple[str, list[int]]]:
     """One linear's tensors in `quant`'s format (suffix -> (dtype, shape)), W being [N, K]: the
-    shapes kernels/formats/*.py validate at load, here without torch."""
-    rotation = {"pairs": ("I16", [krot, k]), "theta": ("F16", [krot, k // 2]), "channel_scales": ("F16", [1, k])}
-    if quant == "paroquant":
-        return {"qweight": ("I32", [k, n // 8]), "qzeros": ("I32", [k // GROUP, n // 8]),
-                "scales": ("F16", [k // GROUP, n]), **rotation}
-    if quant == "paroquant_mxfp4":
-        return {"weight": ("U8", [n, k // 2]), "weight_scale": ("U8", [n, k // 32]), **rotation}
-    if quant == "pq2":
-        return {"qweight": ("U8", [n, k // 4]), "scales": ("F16", [n, k // GROUP])}
-    return {"weight": ("BF16", [n, k])}
+    shapes kernels/formats/*.py validate at load (kernels/methods), here without torch. A method
+    that is not radiance's: an unquantized weight."""
+    spec = methods.METHODS.get(quant)
+    return (spec if spec is not None and spec.checkpoint else methods.get("dense")).shapes(n, k, krot)
 
 
 def _nk(quant: str, tensors: dict[str, Tensor], mod: str) -> tuple[int, int] | None:
     """(N, K) of a quantized module from its code tensor; None when it is not one of `quant`'s."""
-    if quant == "paroquant" and (t := tensors.get(f"{mod}.qweight")) and len(t.shape) == 2:
-        return t.shape[1] * 8, t.shape[0]
-    if quant == "pq2" and (t := tensors.get(f"{mod}.qweight")) and len(t.shape) == 2:
-        return t.shape[0], t.shape[1] * 4
-    t = tensors.get(f"{mod}.weight")
-    if quant == "paroquant_mxfp4" and f"{mod}.weight_scale" in tensors and t and len(t.shape) == 2:
-        return t.shape[0], t.shape[1] * 2
-    return None
+    spec = methods.get(quant)
+    t = tensors.get(f"{mod}.{spec.codes}")
+    if t is None or len(t.shape) != 2 or f"{mod}.{spec.marked_by}" not in tensors:
+        return None
+    return spec.nk(t.shape)
 
 
 @dataclass
@@ -157,10 +147,11 @@ def _quant_config(d: Path, config: dict, quant: str, r: Report) -> int:
         check_format_version(qc, where)
     except FormatError as e:
         r.problems.append(str(e))
-    if quant in METHOD_BITS:
+    if quant in methods.CHECKPOINT_METHODS:
+        spec = methods.get(quant)
         got = (qc.get("bits"), qc.get("group_size"))
-        if got != METHOD_BITS[quant]:
-            r.problems.append(f"{where}: {quant} reads bits={METHOD_BITS[quant][0]}, group_size={METHOD_BITS[quant][1]}; "
+        if got != (spec.bits, spec.group_size):
+            r.problems.append(f"{where}: {quant} reads bits={spec.bits}, group_size={spec.group_size}; "
                               f"it says bits={got[0]!r}, group_size={got[1]!r}")
     krot = qc.get("krot", 8)
     return krot if isinstance(krot, int) and 1 <= krot <= 8 else 8
@@ -236,7 +227,7 @@ def verify(d: Path, quant: str | None = None) -> Report:
             r.problems.append(f"{d} holds no weights (no *.safetensors, *.bin or *.pt)")
         else:
             r.notes.append(f"weights in {', '.join(other[:3])}: only safetensors headers can be checked")
-    if quant is not None and quant in METHOD_BITS:
+    if quant is not None and quant in methods.CHECKPOINT_METHODS:
         _linears(d, config, quant, krot, tensors, r)
         if not r.linears and tensors:
             r.problems.append(f"{d}: no linear is in {quant}'s format (config.json says {quant})")

@@ -9,6 +9,7 @@ can read stacks whose models live on another machine.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -17,6 +18,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, 
 
 from radiance import paths
 from radiance.arch import vendor  # noqa: F401 -- re-exported: the schema's callers say stack.vendor
+from radiance.kernels import methods
+from radiance.kernels.methods import CHECKPOINT_METHODS
 from radiance.knobs import knob
 from radiance.spec_methods import check_name as _drafter_method, model_rule
 from radiance.stack_fields import (BindHost, ContainerName, EnvMap, ExtraArgs, ImageRef, OptionValue, ServedName,
@@ -27,14 +30,14 @@ Arch = Literal["cpu", "gfx1201", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"]
 Runtime = Literal["podman", "native"]
 
 
-QuantMethod = Literal["paroquant", "pq2", "paroquant_mxfp4", "none", "awq", "awq_marlin"]
-# radiance's own methods (served by its vLLM plugin); the others are vLLM's, for baselines: `none`
-# serves an unquantized checkpoint, `awq_marlin` an AWQ one on vLLM's Marlin / Machete kernels (GPU),
-# `awq` the same on vLLM's default AWQ kernel (its int4 CPU GEMM on CPU)
-PLUGIN_METHODS = ("paroquant", "pq2", "paroquant_mxfp4")
-# the checkpoint's quantization_config.quant_method each stack `quant` expects (None: unquantized)
-CHECKPOINT_METHOD = {"paroquant": "paroquant", "pq2": "pq2", "paroquant_mxfp4": "paroquant_mxfp4", "none": None,
-                     "awq": "awq", "awq_marlin": "awq"}
+# radiance's own methods (served by its vLLM plugin: kernels/methods); the others are vLLM's, for
+# baselines: `none` serves an unquantized checkpoint, `awq_marlin` an AWQ one on vLLM's Marlin /
+# Machete kernels (GPU), `awq` the same on vLLM's default AWQ kernel (its int4 CPU GEMM on CPU).
+# Each maps to the checkpoint's quantization_config.quant_method the stack expects (None: unquantized)
+PLUGIN_METHODS = CHECKPOINT_METHODS
+VLLM_METHODS = {"none": None, "awq": "awq", "awq_marlin": "awq"}
+CHECKPOINT_METHOD = {**{m: methods.get(m).checkpoint for m in PLUGIN_METHODS}, **VLLM_METHODS}
+QuantMethod = Literal[tuple(CHECKPOINT_METHOD)]  # type: ignore[valid-type]
 DrafterMethod = Annotated[str, AfterValidator(_drafter_method)]  # radiance/spec_methods.py METHODS
 BUNDLED_TEMPLATE = "model"  # `chat_template: model`: the checkpoint's own template, chosen knowingly
 Mode = Literal["eval", "prod"]
@@ -289,10 +292,10 @@ def default_stacks_path() -> Path:
 
 
 def bundled_example() -> Path:
-    """deploy/stacks.example.yaml, installed with the radiance.deploy package."""
-    import radiance.deploy
-
-    return Path(radiance.deploy.__file__).parent / "stacks.example.yaml"
+    """deploy/stacks.example.yaml, installed with the radiance.deploy package: located, not imported
+    (the stack schema depends on no other package of radiance)."""
+    deploy = importlib.util.find_spec("radiance.deploy")
+    return Path(next(iter(deploy.submodule_search_locations))) / "stacks.example.yaml"
 
 
 def load_stacks(path: str | Path | None = None) -> StackFile:

@@ -26,9 +26,8 @@ from floor import paro_case, pq2_case  # bench/ (run from the repo root or bench
 from bench_pq2 import SHAPES
 from timing import graph_time, run_header
 
-from radiance.kernels import paro_ops, pq2_ops, pq2_table
-
-ALL_PQ2_PATHS = ("dp4a", "gluon")
+from radiance.kernels import paro_ops, pq2_ops
+from radiance.kernels.nvidia.pq2 import PDL_PATHS  # the pq2 kinds that may launch dependent
 
 
 def replayed(fn):
@@ -44,17 +43,14 @@ def replayed(fn):
 
 
 def set_pdl(method: str, layers, on: bool) -> None:
-    if method == "pq2":
-        pq2_table.PDL_PATHS = ALL_PQ2_PATHS if on else ()
-    else:
-        for layer in layers:
-            layer.pdl = on
+    for layer in layers:  # the layer's PDL decision (pq2: for its dependent kinds, nvidia/pq2's PDL_PATHS)
+        layer.pdl = on
 
 
 def describe(method: str, layer, m: int) -> str:
     if method == "pq2":
         path, tile = pq2_ops.choose(layer, m, torch.device("cuda"))
-        return f"{path} bn{tile.bn} split{tile.splits} persist{tile.persist}"
+        return f"{path} bn{tile.bn} split{tile.split} persist{tile.persist}"
     t = paro_ops.tile_for(layer, m)
     return f"{t.kind} bn{t.bn} split{t.split} persist{t.persist}"
 
@@ -82,7 +78,7 @@ def main():
             roof = nbytes / bw * 1e6
             for m in map(int, args.ms.split(",")):
                 what = describe(method, layers[0], m)
-                if method == "pq2" and not what.startswith(ALL_PQ2_PATHS):
+                if method == "pq2" and not what.startswith(PDL_PATHS):
                     continue
                 xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
                 outs = {}

@@ -20,6 +20,7 @@ from bench_paro import ROTATE_BYTES, each_shape, paro_layers, shape_args, share_
 from timing import graph_time
 
 from radiance.kernels import paro_ops as ops
+from radiance.kernels.nvidia import pool
 from radiance.kernels.triton import paro_scratch
 from radiance.kernels.triton import paro_rotate as pr
 
@@ -30,7 +31,7 @@ def main() -> None:
     for name, sizes, k, n in each_shape(args.shapes):
         copies = max(2, math.ceil(ROTATE_BYTES / (n * k * 4.25 / 8)))
         layers = share_weights(paro_layers(sizes, k, 1, gen, False)[0], copies)
-        deq = ops._SCRATCH[layers[0].wb.device].deq[: n * k].view(n, k)
+        deq = pool.get(layers[0].wb.device).deq[: n * k].view(n, k)
         wbf = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
                for _ in range(max(2, math.ceil(ROTATE_BYTES / (2 * n * k))))]
         for m in map(int, args.ms.split(",")):

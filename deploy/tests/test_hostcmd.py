@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from radiance.deploy import hostcmd, podman, systemd
+from radiance import hostcmd
+from radiance import podman_cli as podman
+from radiance.deploy import systemd
 
 
 @pytest.fixture
@@ -48,10 +50,10 @@ def test_hung_podman_and_systemctl_raise_within_their_deadline(hung):
 
 def test_a_hung_systemd_ends_the_switch_and_releases_its_lock(hung, tmp_path, monkeypatch):
     from radiance.deploy.switch import Phase, Switch
-    from radiance.stack import load_stacks
+    from radiance.stack import bundled_example, load_stacks
 
     monkeypatch.setenv("RADIANCE_HOME", str(tmp_path / "home"))
-    sf = load_stacks(Path(podman.__file__).parent / "stacks.example.yaml")
+    sf = load_stacks(bundled_example())
     out = Switch(sf, echo=lambda _m: None).run("demo")
     assert out.outcome == "timeout" and "did not finish within 1 s" in out.message, out.message
     assert out.phases[-1] is Phase.FAILED

@@ -29,6 +29,7 @@ from typing import ClassVar
 
 import torch
 
+from radiance.kernels import methods
 from radiance.kernels.formats import FormatError, TensorSet
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
@@ -36,7 +37,7 @@ AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 AWQ_INV = (0, 4, 1, 5, 2, 6, 3, 7)
 GROUP_SIZE = 128
 MAX_KROT = 8
-TENSORS = ("qweight", "qzeros", "scales", "pairs", "theta", "channel_scales")
+TENSORS = tuple(methods.get("paroquant").tensors)  # kernels/methods/paroquant.py
 
 
 def pack_awq(codes: torch.Tensor) -> torch.Tensor:

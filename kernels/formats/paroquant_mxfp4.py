@@ -21,6 +21,7 @@ from typing import ClassVar
 
 import torch
 
+from radiance.kernels import methods
 from radiance.kernels.formats import FormatError, TensorSet
 from radiance.kernels.formats.paroquant import GROUP_SIZE, MAX_KROT, check_pairs
 
@@ -28,7 +29,7 @@ BLOCK = 32  # weights per e8m0 scale, along K
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 E8M0_BIAS = 127
 E8M0_NAN = 255
-TENSORS = ("weight", "weight_scale", "pairs", "theta", "channel_scales")
+TENSORS = tuple(methods.get("paroquant_mxfp4").tensors)  # kernels/methods/paroquant_mxfp4.py
 
 
 def pack_e2m1(codes: torch.Tensor) -> torch.Tensor:

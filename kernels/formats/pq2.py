@@ -20,10 +20,11 @@ from typing import ClassVar
 
 import torch
 
+from radiance.kernels import methods
 from radiance.kernels.formats import FormatError, TensorSet
 
 GROUP_SIZE = 128
-TENSORS = ("qweight", "scales")
+TENSORS = tuple(methods.get("pq2").tensors)  # kernels/methods/pq2.py
 
 
 def pack_ternary(codes: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,8 @@ import torch
 
 from radiance.kernels.formats import FormatError
 from radiance.kernels.formats.paroquant import ParoTensors, unpack_awq, validate
-from radiance.kernels.linear import MAX_ROTATIONS, Rotation, Run, dedup_rotations, kernel_bounds  # noqa: F401 -- MAX_ROTATIONS: plugin/params.py reads it here
+from radiance.kernels.hip import DECODE_MAX_ROWS
+from radiance.kernels.linear import Rotation, Run, dedup_rotations, kernel_bounds
 # the prefill wave tile is 32 columns; a boundary inside one would mix two rotations
 BOUNDARY_MULTIPLE = 32
 
@@ -40,6 +41,7 @@ class PreparedHip:
     pb1: int
     pb2: int
     wperm: bool
+    decode_rows: int = DECODE_MAX_ROWS  # M <= this: the decode kernel (the plan's: kernels/hip/kernels.py)
 
     @property
     def rotations(self) -> int:

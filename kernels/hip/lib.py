@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 
+from radiance.kernels.hip import DECODE_MAX_ROWS
 from radiance.kernels.hip.layout import PreparedParo
 from radiance.kernels.hip.mxfp4_layout import PreparedMxfp4
 from radiance.kernels.producers import AddRmsNorm, Producer
-from radiance.knobs import knob_int
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
 _SIGNATURES = {
@@ -38,7 +38,6 @@ _SIGNATURES = {
     "pq_wperm": [],
 }
 MAX_SPLIT = 16
-DECODE_MAX_ROWS = 64  # the decode kernels' largest M (pq_gemm.hip, pq_mxfp4_gemm.hip)
 
 
 class KernelError(RuntimeError):
@@ -153,9 +152,10 @@ def split_k(m: int, n: int, k: int) -> int:
     return max(1, min(k // 128, MAX_SPLIT, math.ceil(256 / blocks)))
 
 
-def gemm(lib: PqLib, a: torch.Tensor, asr: torch.Tensor, prep: PreparedParo, out_dtype: torch.dtype,
-         decode: bool | None = None, nsplit: int | None = None) -> torch.Tensor:
-    """(a, asr) from rotate_quant x the prepared weights -> [M, N] in out_dtype (f16/bf16)."""
+def gemm(lib: PqLib, a: torch.Tensor, asr: torch.Tensor, prep: PreparedParo, out_dtype: torch.dtype, *,
+         decode: bool, nsplit: int | None = None) -> torch.Tensor:
+    """(a, asr) from rotate_quant x the prepared weights -> [M, N] in out_dtype (f16/bf16); `decode`:
+    the split-K decode kernel (asr per group), else the prefill one (asr per token)."""
     _check_layout(lib, prep)
     if out_dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"gemm: out_dtype must be float16 or bfloat16, got {out_dtype}")
@@ -163,8 +163,6 @@ def gemm(lib: PqLib, a: torch.Tensor, asr: torch.Tensor, prep: PreparedParo, out
     n = prep.out_features
     out = torch.empty(m, n, dtype=out_dtype, device=a.device)
     bf16 = int(out_dtype == torch.bfloat16)
-    if decode is None:
-        decode = m <= knob_int("RADIANCE_PQ_DECODE_MAX_M")
     common = (a.data_ptr(), asr.data_ptr(), prep.wq.data_ptr(), prep.sz.data_ptr(), out.data_ptr(), bf16)
     if decode:
         nsplit = split_k(m, n, k) if nsplit is None else nsplit
@@ -177,8 +175,8 @@ def gemm(lib: PqLib, a: torch.Tensor, asr: torch.Tensor, prep: PreparedParo, out
     return out
 
 
-def mxfp4_gemm(lib: PqLib, a: torch.Tensor, asr: torch.Tensor, prep: PreparedMxfp4, out_dtype: torch.dtype,
-               decode: bool | None = None, nsplit: int | None = None, per_token: bool = False) -> torch.Tensor:
+def mxfp4_gemm(lib: PqLib, a: torch.Tensor, asr: torch.Tensor, prep: PreparedMxfp4, out_dtype: torch.dtype, *,
+               decode: bool, nsplit: int | None = None, per_token: bool = False) -> torch.Tensor:
     """(a, asr) from rotate_quant x the prepared MXFP4 weights -> [M, N] in out_dtype (f16/bf16).
     per_token: asr came from rotate_quant(per_token=True); the prefill band then scales once per row."""
     _check_layout(lib, prep)
@@ -190,8 +188,6 @@ def mxfp4_gemm(lib: PqLib, a: torch.Tensor, asr: torch.Tensor, prep: PreparedMxf
                          f"layer's [{prep.rotations}, M, {prep.in_features}] (rotations, rows, K)")
     n = prep.out_features
     out = torch.empty(m, n, dtype=out_dtype, device=a.device)
-    if decode is None:
-        decode = m <= knob_int("RADIANCE_PQ_DECODE_MAX_M")
     common = (a.data_ptr(), asr.data_ptr(), prep.wq.data_ptr(), prep.ex.data_ptr(), prep.rsc.data_ptr(),
               out.data_ptr(), int(out_dtype == torch.bfloat16))
     if decode:
@@ -221,12 +217,12 @@ def _gemm_of(lib: PqLib, a: torch.Tensor, asr: torch.Tensor, prep: PreparedParo 
 def linear(lib: PqLib, x: torch.Tensor, prep: PreparedParo | PreparedMxfp4,
            bias: torch.Tensor | None = None) -> torch.Tensor:
     """y = x W^T (+ bias) for x [..., K], int4 or MXFP4 weights: per-group activation scales in the
-    decode band (M <= RADIANCE_PQ_DECODE_MAX_M, split-K GEMM), per-token above it (prefill GEMM)."""
+    decode band (M <= prep.decode_rows, the layer's plan: split-K GEMM), per-token above it (prefill GEMM)."""
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
-    decode = x2.shape[0] <= knob_int("RADIANCE_PQ_DECODE_MAX_M")
+    decode = x2.shape[0] <= prep.decode_rows
     a, asr = rotate_quant(lib, x2, prep, per_token=not decode)
     return _gemm_of(lib, a, asr, prep, x.dtype, decode, bias).reshape(*lead, prep.out_features)
 
@@ -235,6 +231,6 @@ def produced_linear(lib: PqLib, producer: Producer, prep: PreparedParo | Prepare
                     bias: torch.Tensor | None = None) -> torch.Tensor:
     """`linear` of the producer's output [M, K], the producer fused into the rotation (every M: the
     per-group and the per-token modes both take it)."""
-    decode = producer.rows <= knob_int("RADIANCE_PQ_DECODE_MAX_M")
+    decode = producer.rows <= prep.decode_rows
     a, asr = produce(lib, producer, prep, per_token=not decode)
     return _gemm_of(lib, a, asr, prep, producer.dtype, decode, bias)

@@ -1,9 +1,9 @@
 """The HIP kernels as torch custom ops (`torch.ops.radiance_hip.*`), for the vLLM plugin to call.
 
 Ops take plain tensors and ints (the `PreparedParo` / `PreparedMxfp4` fields) so dynamo and CUDA
-graphs see one opaque call each; the library is loaded once per process with `set_library` (the
-plugin passes the file the launcher built, `$RADIANCE_KERNEL_DIR/radiance_hip.so`). Imports torch
-only, never vLLM.
+graphs see one opaque call each; the library is loaded once per process, on first use, from the
+directory the layers were prepared with (`use_kernel_dir`: RADIANCE_KERNEL_DIR, which the launcher
+sets, resolved at load) or as `set_library` gives it. Imports torch only, never vLLM.
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from pathlib import Path
 import torch
 
 from radiance.kernels.build import HIP_LIBRARY
+from radiance.kernels.hip import DECODE_MAX_ROWS
 from radiance.kernels.hip import lib as pqlib
 from radiance.kernels.hip.layout import PreparedParo
 from radiance.kernels.hip.mxfp4_layout import PreparedMxfp4
-from radiance.knobs import knob
 
 _LIB: pqlib.PqLib | None = None
+_DIR: str | None = None  # where the library is loaded from on first use (use_kernel_dir)
 
 
 def set_library(path: Path | str) -> pqlib.PqLib:
@@ -27,36 +28,45 @@ def set_library(path: Path | str) -> pqlib.PqLib:
     return _LIB
 
 
+def use_kernel_dir(kernel_dir: str | None) -> None:
+    """Where library() loads the library from on first use (a layer's KernelConfig.kernel_dir, at prepare)."""
+    global _DIR
+    if kernel_dir:
+        _DIR = kernel_dir
+
+
 def library() -> pqlib.PqLib:
-    """The loaded library; on first use, the one in $RADIANCE_KERNEL_DIR (set by radiance-launch)."""
+    """The loaded library; on first use, the one in the kernel directory the layers were prepared
+    with (RADIANCE_KERNEL_DIR, set by radiance-launch)."""
     if _LIB is None:
-        kdir = knob("RADIANCE_KERNEL_DIR")
-        if not kdir:
+        if not _DIR:
             raise pqlib.KernelError("no HIP kernel library loaded: call radiance.kernels.hip.ops.set_library(path) "
                                     "or start under radiance-launch, which sets RADIANCE_KERNEL_DIR")
-        return set_library(Path(kdir) / HIP_LIBRARY)
+        return set_library(Path(_DIR) / HIP_LIBRARY)
     return _LIB
 
 
-def _prep(wq, sz, cs, rec, krot: int, k: int, n: int, pb1: int, pb2: int, wperm: bool) -> PreparedParo:
+def _prep(wq, sz, cs, rec, krot: int, k: int, n: int, pb1: int, pb2: int, wperm: bool,
+          decode_rows: int) -> PreparedParo:
     return PreparedParo(wq=wq, sz=sz, cs=cs, rec=rec, krot=krot, in_features=k, out_features=n,
-                        pb1=pb1, pb2=pb2, wperm=wperm)
+                        pb1=pb1, pb2=pb2, wperm=wperm, decode_rows=decode_rows)
 
 
 def op_args(prep: PreparedParo) -> tuple:
     """The positional arguments after the activation for the ops below."""
-    return (prep.wq, prep.sz, prep.cs, prep.rec, prep.krot, prep.out_features, prep.pb1, prep.pb2, prep.wperm)
+    return (prep.wq, prep.sz, prep.cs, prep.rec, prep.krot, prep.out_features, prep.pb1, prep.pb2, prep.wperm,
+            prep.decode_rows)
 
 
 @torch.library.custom_op("radiance_hip::paroquant_linear", mutates_args=())
 def paroquant_linear(x: torch.Tensor, wq: torch.Tensor, sz: torch.Tensor, cs: torch.Tensor, rec: torch.Tensor,
-                     krot: int, n: int, pb1: int, pb2: int, wperm: bool) -> torch.Tensor:
-    prep = _prep(wq, sz, cs, rec, krot, x.shape[-1], n, pb1, pb2, wperm)
+                     krot: int, n: int, pb1: int, pb2: int, wperm: bool, decode_rows: int) -> torch.Tensor:
+    prep = _prep(wq, sz, cs, rec, krot, x.shape[-1], n, pb1, pb2, wperm, decode_rows)
     return pqlib.linear(library(), x, prep)
 
 
 @paroquant_linear.register_fake
-def _(x, wq, sz, cs, rec, krot, n, pb1, pb2, wperm):
+def _(x, wq, sz, cs, rec, krot, n, pb1, pb2, wperm, decode_rows):
     return x.new_empty(*x.shape[:-1], n)
 
 
@@ -90,27 +100,27 @@ def _(a, asr, wq, sz, n, pb1, pb2, wperm, out_dtype, decode):
 
 # ----------------------------------------------------------------------------- paroquant_mxfp4
 def _mxfp4_prep(wq, ex, rsc, cs, rec, krot: int, k: int, n: int, pb1: int, pb2: int, wperm: bool,
-                per_block: bool) -> PreparedMxfp4:
+                per_block: bool, decode_rows: int = DECODE_MAX_ROWS) -> PreparedMxfp4:
     return PreparedMxfp4(wq=wq, ex=ex, rsc=rsc, cs=cs, rec=rec, krot=krot, in_features=k, out_features=n,
-                         pb1=pb1, pb2=pb2, wperm=wperm, per_block=per_block)
+                         pb1=pb1, pb2=pb2, wperm=wperm, per_block=per_block, decode_rows=decode_rows)
 
 
 def mxfp4_op_args(prep: PreparedMxfp4) -> tuple:
     """The positional arguments after the activation for paroquant_mxfp4_linear."""
     return (prep.wq, prep.ex, prep.rsc, prep.cs, prep.rec, prep.krot, prep.out_features, prep.pb1, prep.pb2,
-            prep.wperm, prep.per_block)
+            prep.wperm, prep.per_block, prep.decode_rows)
 
 
 @torch.library.custom_op("radiance_hip::paroquant_mxfp4_linear", mutates_args=())
 def paroquant_mxfp4_linear(x: torch.Tensor, wq: torch.Tensor, ex: torch.Tensor, rsc: torch.Tensor, cs: torch.Tensor,
                            rec: torch.Tensor, krot: int, n: int, pb1: int, pb2: int, wperm: bool,
-                           per_block: bool) -> torch.Tensor:
-    prep = _mxfp4_prep(wq, ex, rsc, cs, rec, krot, x.shape[-1], n, pb1, pb2, wperm, per_block)
+                           per_block: bool, decode_rows: int) -> torch.Tensor:
+    prep = _mxfp4_prep(wq, ex, rsc, cs, rec, krot, x.shape[-1], n, pb1, pb2, wperm, per_block, decode_rows)
     return pqlib.linear(library(), x, prep)
 
 
 @paroquant_mxfp4_linear.register_fake
-def _(x, wq, ex, rsc, cs, rec, krot, n, pb1, pb2, wperm, per_block):
+def _(x, wq, ex, rsc, cs, rec, krot, n, pb1, pb2, wperm, per_block, decode_rows):
     return x.new_empty(*x.shape[:-1], n)
 
 

@@ -13,7 +13,6 @@ from radiance.kernels.formats import FormatError
 from radiance.kernels.formats import paroquant_mxfp4 as mx
 from radiance.kernels.tests.test_ops import FOLDED_REL
 from radiance.quantize import rtn
-from radiance.kernels.linear import Rotation
 
 
 def _mx(n: int, k: int, seed: int, krot: int = 4) -> mx.Mxfp4Tensors:
@@ -83,9 +82,7 @@ def test_reference_equals_the_rotated_dense_form():
 
 
 def _merged(parts: list[mx.Mxfp4Tensors]) -> ops.PreparedLinear:
-    return ops.prepare_paroquant_mxfp4(
-        torch.cat([p.weight for p in parts]), torch.cat([p.weight_scale for p in parts]),
-        [Rotation.of(p) for p in parts], [p.out_features for p in parts])
+    return ops.prepare_parts("paroquant_mxfp4", parts)
 
 
 @pytest.mark.parametrize("mode", ["fp32", "int8"])
@@ -120,5 +117,5 @@ def test_gfx1201_row_prepares_the_hip_layout():
     """kernels/ops.py's ("paroquant_mxfp4", "rocm") row: the HIP layout (kernels/hip/mxfp4.py), planned
     on CPU tensors (what the plugin hands it on an R9700)."""
     t = _mx(32, 256, 0)
-    prep = ops.prepare_paroquant_mxfp4(t.weight, t.weight_scale, [Rotation.of(t)], [32], platform="rocm")
+    prep = ops.prepare_parts("paroquant_mxfp4", [t], platform="rocm")
     assert prep.data["hip_mxfp4"].out_features == 32

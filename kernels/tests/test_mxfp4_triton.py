@@ -59,6 +59,7 @@ def _span_layer(n: int, k: int, span: int, gen: torch.Generator):
 def _main() -> None:
     from radiance.kernels import mxfp4_ops as ops
     from radiance.kernels import reference
+    from radiance.kernels.nvidia import pool
     from radiance.kernels.triton import mxfp4_gemm, paro_rotate
     from radiance.testing import mxfp4_random as mr
     from radiance.testing.paro_random import rel
@@ -81,7 +82,7 @@ def _main() -> None:
     for name, parts, ms in cases:
         layer = ops.prepare(*mr.merged(parts))
         assert not layer.per_block and layer.parts == len(parts)
-        ops.reserve_scratch("cpu", 3 * 65 * layer.n)  # the forced split-K tiles' partials
+        pool.reserve("cpu", 3 * 65 * layer.n)  # the forced split-K tiles' partials
         for m in ms:
             dtype = torch.float16 if m != 16 else torch.float32
             x = torch.randn(m, layer.k, generator=gen).to(dtype)

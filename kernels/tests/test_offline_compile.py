@@ -19,14 +19,14 @@ pytestmark = pytest.mark.integration  # minutes: ~300 kernel builds when Triton'
 # the gpu tests' shapes (test_pq2_gpu.BENCH_SHAPES / ODD_SHAPES, test_paro_gpu.SHAPES)
 PQ2_SHAPES = [(34816, 5120), (5120, 17408), (14336, 5120), (5120, 6144), (248320, 5120), (1000, 384), (96, 5120),
               (4100, 1152)]
-PQ2_MS = [1, 2, 3, 8, 9, 16, 17, 64, 65, 512, 2048]  # each band edge of pq2_table
+PQ2_MS = [1, 2, 3, 8, 9, 16, 17, 64, 65, 512, 2048]  # each band edge of kernels/nvidia/pq2
 PARO_SHAPES = {"gate_up": ([34816], 5120), "down": ([5120], 17408), "qkv": ([14336], 5120), "out": ([5120], 6144),
                "qkv_P3": ([12288, 1024, 1024], 5120), "gate_up_P2": ([17408, 17408], 5120), "odd_n": ([1000], 1280)}
-PARO_MS = [1, 2, 3, 8, 9, 16, 17, 64, 65, 256, 257, 2048]  # each band edge of paro_table
+PARO_MS = [1, 2, 3, 8, 9, 16, 17, 64, 65, 256, 257, 2048]  # each band edge of kernels/nvidia/paroquant
 KNOBS = ("RADIANCE_DISABLED_KERNELS", "RADIANCE_PQ_I8", "RADIANCE_PQ_SCRATCH_ROWS", "RADIANCE_PQ_DECODE_MAX_M",
          "RADIANCE_PDL", "TRITON_INTERPRET")
 
-# the kernels each card must have built: the registries' kernels (pq2_table, paro_table)
+# the kernels each card must have built: the registries' kernels (kernels/nvidia/pq2, paroquant)
 PQ2_EXPECT = {
     "sm_75": {"_quant_groups", "pq2_gemv_dp4a"},
     "sm_86": {"_quant_groups", "pq2_gemv_dp4a", "pq2_mma_gl", "pq2_planes_gemm", "pq2_legacy_gemm", "skinny_splitk_gemm"},
@@ -74,6 +74,7 @@ def _check(built, arch: str, expect: set[str]) -> None:
 @pytest.mark.parametrize("arch", ["sm_75", "sm_86", "sm_90"])
 def test_pq2_kernels_compile_for(arch, monkeypatch):
     from radiance.kernels import pq2_ops
+    from radiance.kernels.nvidia import dense
     from radiance.testing.offline_compile import compile_only
 
     # the plan as served, the exact test fixture and legacy alone (the last two: int8 MMA, sm_80+)
@@ -85,12 +86,12 @@ def test_pq2_kernels_compile_for(arch, monkeypatch):
                                         torch.ones(n, k // 128, dtype=torch.float16), **plan)
                 for m in PQ2_MS:
                     if n * k > 1 << 30 and m > 64:
-                        continue  # lm_head prefill: the same tiles as gate_up's (pq2_table), 5 GB of CPU activations
+                        continue  # lm_head prefill: the same tiles as gate_up's (kernels/nvidia/pq2), 5 GB of CPU activations
                     pq2_ops.forward(layer, torch.randn(m, k, dtype=_dtype(arch)))
         w = torch.zeros(96, 5120, dtype=_dtype(arch))  # the skinny unquantized projection, every M it covers
-        plan = pq2_ops.dense_plan(w)
+        plan = dense.plan(w)
         for m in range(1, 17):
-            pq2_ops.dense_linear(torch.randn(m, 5120, dtype=_dtype(arch)), w, plan)
+            dense.linear(torch.randn(m, 5120, dtype=_dtype(arch)), w, plan)
     _check(built, arch, PQ2_EXPECT[arch])
 
 

@@ -9,11 +9,10 @@ import sys
 import pytest
 import torch
 
-from radiance.kernels import cpu_ops, ops
+from radiance.kernels import cpu_ops, methods, ops
 from radiance.kernels import reference as R
 from radiance.kernels.formats.paroquant import ParoTensors
 from radiance.quantize import rtn
-from radiance.kernels.linear import Rotation
 
 
 def _paro(n: int, k: int, seed: int, krot: int = 4) -> ParoTensors:
@@ -24,11 +23,7 @@ def _paro(n: int, k: int, seed: int, krot: int = 4) -> ParoTensors:
 
 
 def _merged(parts: list[ParoTensors]) -> ops.PreparedLinear:
-    return ops.prepare_paroquant(
-        torch.cat([p.qweight for p in parts], 1), torch.cat([p.qzeros for p in parts], 1),
-        torch.cat([p.scales for p in parts], 1),
-        [Rotation.of(p) for p in parts], [p.out_features for p in parts],
-    )
+    return ops.prepare_parts("paroquant", parts)
 
 
 @pytest.fixture(params=["fp32", "int8"])
@@ -76,7 +71,7 @@ def test_partition_count_guard():
 
 def test_pq2_cpu_is_bit_identical_to_reference(cpu_weights):
     t = rtn.pq2_linear_tensors(torch.randn(80, 384, generator=torch.Generator().manual_seed(0)))
-    prep = ops.prepare_pq2(t.qweight, t.scales)
+    prep = ops.prepare_parts("pq2", [t])
     assert (prep.data["codes"].dtype == torch.float32) == (cpu_weights == "fp32")
     for m in (1, 70, 300):
         x = torch.randn(m, 384).bfloat16()
@@ -112,7 +107,7 @@ def test_paroquant_folded_matches_the_reference(m, dtype, monkeypatch):
 def test_pq2_folded_matches_the_reference(dtype, monkeypatch):
     monkeypatch.setenv("RADIANCE_CPU_WEIGHTS", "folded")
     t = rtn.pq2_linear_tensors(torch.randn(80, 384, generator=torch.Generator().manual_seed(0)))
-    prep = ops.prepare_pq2(t.qweight, t.scales)
+    prep = ops.prepare_parts("pq2", [t])
     for m in (1, 70, 300):
         x = torch.randn(m, 384).to(dtype)
         y = ops.linear_forward(prep, x)
@@ -127,18 +122,19 @@ def test_bad_cpu_weights_value(monkeypatch):
 
 def test_dense_and_platform_errors():
     w = torch.randn(16, 128).bfloat16()
-    prep = ops.prepare_dense(w)
+    prep = ops.prepare("dense", {"weight": w})
     x = torch.randn(3, 128).bfloat16()
     assert torch.equal(ops.linear_forward(prep, x), torch.nn.functional.linear(x, w))
     with pytest.raises(ValueError, match=r"expected input \[M, 128\]"):
         ops.linear_forward(prep, torch.randn(3, 64))
     # a platform without kernels: an error naming the method and platform, never a fallback
     with pytest.raises(NotImplementedError, match="no kernels for method=dense on platform=xpu"):
-        ops.prepare_dense(w, platform="xpu")
+        ops.prepare("dense", {"weight": w}, platform="xpu")
     with pytest.raises(NotImplementedError, match="no kernels for method=pq2 on platform=rocm"):
-        ops.prepare_pq2(torch.zeros(16, 32, dtype=torch.uint8), torch.ones(16, 1).half(), platform="rocm")
+        ops.prepare("pq2", {"qweight": torch.zeros(16, 32, dtype=torch.uint8), "scales": torch.ones(16, 1).half()},
+                    platform="rocm")
     for platform in ("cpu", "cuda", "rocm"):  # skipped modules load on every served platform
-        assert "dense" in ops.PLATFORMS[platform]
+        assert platform in methods.get("dense").platforms
 
 
 def test_kernels_run_without_vllm():
@@ -148,7 +144,7 @@ def test_kernels_run_without_vllm():
         "from radiance.kernels import ops, reference\n"
         "from radiance.quantize import rtn\n"
         "t = rtn.pq2_linear_tensors(torch.randn(8, 128))\n"
-        "y = ops.linear_forward(ops.prepare_pq2(t.qweight, t.scales), torch.randn(2, 128))\n"
+        "y = ops.linear_forward(ops.prepare_parts('pq2', [t]), torch.randn(2, 128))\n"
         "assert y.shape == (2, 8)\n"
         "assert not any(m == 'vllm' or m.startswith('vllm.') for m in sys.modules if sys.modules[m] is not None)\n"
         "print('ok')\n"

@@ -131,6 +131,7 @@ def test_gemm_every_shape_and_odd_m(shape, i8, gen):
 def test_every_kernel_kind(shape, i8, gen):
     """Each GEMM kind and tile the benchmark may pick, forced, on a split-K and a merged shape."""
     from radiance.kernels import paro_ops as ops
+    from radiance.kernels.nvidia import pool
     from radiance.testing import paro_random as rnd
 
     sizes, k = SHAPES[shape]
@@ -161,7 +162,7 @@ def test_every_kernel_kind(shape, i8, gen):
             tiles += [ops.Tile(16, 128, 4, st, split, "mma_gl", maxnreg=128) for st in (3, 4)]  # registers capped
             stream = [ops.stream_tile(ops.Tile(bt, 128, 4, st, 1, "mma_gl", maxnreg=cap), m, layer.n, k // 128, layer.sms, q)
                       for bt, st, cap, q in ((8, 4, 96, 5), (8, 4, 0, 1), (16, 3, 0, 3), (8, 1, 0, 2), (16, 2, 0, 7))]
-            ops.reserve_scratch(x.device, max(t.split for t in stream) * m * layer.n, 0)  # their partial slots
+            pool.reserve(x.device, max(t.split for t in stream) * m * layer.n)  # their partial slots
             tiles += stream  # stream-K grids
             if torch.cuda.get_device_capability()[0] == 9:  # wgmma (bm tokens x bn rows, no split-K)
                 tiles += [ops.Tile(bm, bn, w, st, 1, "wgmma") for bm, bn, w, st in
@@ -316,9 +317,7 @@ def test_ops_plan_with_bias(gen):
     from radiance.testing import paro_random as rnd
 
     parts = _layers([1024, 256, 256], 2048, gen)
-    prep = ops.prepare_paroquant(torch.cat([t.qweight for t in parts], 1), torch.cat([t.qzeros for t in parts], 1),
-                                 torch.cat([t.scales for t in parts], 1), [rnd.rotation_of(t) for t in parts],
-                                 [1024, 256, 256])
+    prep = ops.prepare_parts("paroquant", parts)
     bias = torch.randn(1536, device="cuda", dtype=torch.bfloat16)
     for m in (1, 4, 100):  # mma_gl (M = 1, 4), the scratch path: each adds the bias before its one rounding
         x = torch.randn(m, 2048, device="cuda", dtype=torch.bfloat16)

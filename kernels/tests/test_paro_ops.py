@@ -3,12 +3,15 @@ disabled kernels and refusals, the partition guard, the weight repack and rotati
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from radiance.kernels import paro_ops as ops
-from radiance.kernels import paro_table as table
+from radiance.kernels.nvidia import paroquant as table
 from radiance.kernels import registry
+from radiance.kernels.config import KernelConfig
 from radiance.kernels import reference
 from radiance.kernels.formats.paroquant import unpack_awq
 from radiance.kernels.triton import paro_gemm, paro_rotate, split_finish
@@ -22,8 +25,10 @@ def gen():
 
 
 def kernel(m: int, cap=(9, 0), n: int = 34816, i8: bool = False, interpret: bool = False) -> str:
-    """The kernel paro_table.KERNELS plans for M rows of an N x 5120 layer on that capability."""
-    return registry.choose(table.KERNELS, registry.Target("paroquant", "cuda", n, 5120, cap, i8, interpret)).spec(m).kernel
+    """The kernel paro_table.KERNELS plans for M rows of an N x 5120 layer on that capability (under
+    the knobs as set now)."""
+    config = replace(KernelConfig.from_knobs(), interpret=interpret)
+    return registry.choose(table.KERNELS, registry.Target.of("paroquant", "cuda", n, 5120, config, cap, i8)).spec(m).kernel
 
 
 def test_turing_tiles_are_halved_to_fit_64kb():
@@ -112,24 +117,23 @@ def test_wgmma_prefill_band(monkeypatch, cap, i8, n, interpret, disabled, want):
 
 def test_fit_tile_refuses_an_impossible_limit():
     with pytest.raises(ValueError, match="no GEMM tile fits"):
-        ops.fit_tile(ops.Tile(128, 128, 8, 3), 1024)
+        ops.fit_tile(ops.Tile(128, 128, 8, 3, kind="deq"), 1024)
 
 
 def test_bad_knob_values_are_errors(monkeypatch):
     monkeypatch.setenv("RADIANCE_PQ_SCRATCH_ROWS", "100")
     with pytest.raises(ValueError, match="RADIANCE_PQ_SCRATCH_ROWS=100: use 0"):
-        ops.scratch_piece_rows()
+        KernelConfig.from_knobs()
     monkeypatch.setenv("RADIANCE_PQ_SCRATCH_ROWS", "0")
     monkeypatch.setenv("RADIANCE_PQ_I8", "2")
     with pytest.raises(ValueError, match="RADIANCE_PQ_I8"):
-        ops.use_int8((9, 0))
+        KernelConfig.from_knobs()
 
 
-def test_w4a8_below_ampere_is_refused_not_downgraded(monkeypatch):
-    monkeypatch.setenv("RADIANCE_PQ_I8", "1")
-    assert ops.use_int8((8, 6)) is True
+def test_w4a8_below_ampere_is_refused_not_downgraded():
+    assert ops.use_int8((8, 6), KernelConfig(i8=True)) is True
     with pytest.raises(ValueError, match="sm_80"):
-        ops.use_int8((7, 5))
+        ops.use_int8((7, 5), KernelConfig(i8=True))
 
 
 def test_decode_split_fills_the_gpu_and_respects_groups(monkeypatch):

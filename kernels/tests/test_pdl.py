@@ -7,26 +7,31 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radiance.kernels import paro_table, pdl, pq2_ops, pq2_table
-from radiance.kernels.paro_table import Tile
+from radiance.kernels import pdl, pq2_ops
+from radiance.kernels.nvidia import paroquant as paro_table
+from radiance.kernels.nvidia import pq2 as pq2_table
+from radiance.kernels.config import KernelConfig
+from radiance.kernels.nvidia.tile import Tile
 
 
 @pytest.mark.parametrize("mode, cap, expected", [
     ("", (9, 0), True), ("auto", (9, 0), True), ("auto", (10, 0), True), ("auto", (8, 6), False),
     ("auto", (7, 5), False), ("on", (9, 0), True), ("off", (9, 0), False), ("off", (8, 6), False),
 ])
-def test_enabled_by_mode_and_capability(mode, cap, expected):
-    assert pdl.enabled(cap, {pdl.KNOB: mode} if mode else {}) is expected
+def test_enabled_by_mode_and_capability(mode, cap, expected, monkeypatch):
+    monkeypatch.setenv(pdl.KNOB, mode)
+    assert pdl.enabled(cap, KernelConfig.from_knobs().pdl) is expected
 
 
 def test_on_below_sm90_is_an_error_naming_the_knob():
     with pytest.raises(ValueError, match=r"RADIANCE_PDL=on.*sm_86"):
-        pdl.enabled((8, 6), {pdl.KNOB: "on"})
+        pdl.enabled((8, 6), "on")
 
 
-def test_bad_value_is_an_error():
+def test_bad_value_is_an_error(monkeypatch):
+    monkeypatch.setenv(pdl.KNOB, "yes")
     with pytest.raises(ValueError, match=r"RADIANCE_PDL='yes': use auto, on or off"):
-        pdl.enabled((9, 0), {pdl.KNOB: "yes"})
+        KernelConfig.from_knobs()
 
 
 @pytest.mark.parametrize("tile, expected", [
@@ -49,28 +54,32 @@ def test_paroquant_h200_table_rows(m, expected):
             if paro_table.launches_dependent(paro_table.decode_tile("mma_gl", m, n, k // 128, 132, (9, 0)))} == expected
 
 
+def _pq2_layer(**config):
+    return pq2_ops.prepare(torch.zeros(128, 32, dtype=torch.uint8), torch.ones(128, 1, dtype=torch.float16),
+                           config=KernelConfig(**config))
+
+
 def test_pq2_rule_never_on_cpu():
+    layer = _pq2_layer()
     for path in pq2_table.PDL_PATHS:
-        assert not pq2_ops.launches_dependent(path, 1, torch.device("cpu"))
+        assert not pq2_ops.launches_dependent(layer, path, 1)
 
 
-def test_pq2_rule_decode_band_only(monkeypatch):
+def test_pq2_rule_decode_band_only():
     # on an sm_90 part: dp4a and gluon in the decode band, not planes (lost), nothing in prefill,
     # nothing with RADIANCE_PDL=off
     from radiance.kernels import gpu
 
-    cpu = torch.device("cpu")  # standing for an H200 (kernels/gpu.virtual_gpu)
-    with gpu.virtual_gpu((9, 0), 132):
-        assert pq2_ops.launches_dependent("dp4a", 1, cpu) and pq2_ops.launches_dependent("gluon", 8, cpu)
-        assert not pq2_ops.launches_dependent("planes", 16, cpu)
-        assert not pq2_ops.launches_dependent("dp4a", 17, cpu)
-        assert not pq2_ops.launches_dependent("gluon_wgmma", 64, cpu)
-        assert not pq2_ops.launches_dependent("legacy", 1, cpu)
-        monkeypatch.setenv("RADIANCE_PDL", "off")
-        assert not pq2_ops.launches_dependent("dp4a", 1, cpu)
+    with gpu.virtual_gpu((9, 0), 132):  # CPU tensors standing for an H200 (kernels/gpu.virtual_gpu)
+        layer = _pq2_layer()
+        assert pq2_ops.launches_dependent(layer, "dp4a", 1) and pq2_ops.launches_dependent(layer, "gluon", 8)
+        assert not pq2_ops.launches_dependent(layer, "planes", 16)
+        assert not pq2_ops.launches_dependent(layer, "dp4a", 17)
+        assert not pq2_ops.launches_dependent(layer, "gluon_wgmma", 64)
+        assert not pq2_ops.launches_dependent(layer, "legacy", 1)
+        assert not pq2_ops.launches_dependent(_pq2_layer(pdl="off"), "dp4a", 1)
     with gpu.virtual_gpu((8, 6), 82):  # no griddepcontrol below sm_90
-        monkeypatch.delenv("RADIANCE_PDL")
-        assert not pq2_ops.launches_dependent("dp4a", 1, cpu)
+        assert not pq2_ops.launches_dependent(_pq2_layer(), "dp4a", 1)
 
 
 def test_pq2_other_paths_refuse_a_dependent_launch():

@@ -41,7 +41,7 @@ def _ms_for(n):
 
 
 def _paths(m):
-    from radiance.kernels.pq2_table import tile_class
+    from radiance.kernels.nvidia.pq2 import tile_class
 
     # dp4a at M > 1: the sm_75 path (up to 4 token rows per program)
     return {"m1": ["legacy", "dp4a"], "small": ["legacy", "planes", "gluon", "dp4a"],
@@ -104,7 +104,7 @@ def test_integer_parts_exact(n, k):
 
 @pytest.mark.parametrize("n,k", [(5120, 6144), (4100, 1152)])  # EVEN tiles and ragged ones
 def test_every_candidate_tile_exact(n, k):
-    from radiance.kernels.pq2_table import CANDIDATES
+    from radiance.kernels.nvidia.pq2.candidates import CANDIDATES
 
     layer, _, codes = _layer(n, k, _cuda(), unit_scales=True)
     cases = [(1, "dp4a", CANDIDATES["dp4a"]), (3, "dp4a", CANDIDATES["dp4a_rows"]), (8, "dp4a", CANDIDATES["dp4a_rows"]),
@@ -117,7 +117,7 @@ def test_every_candidate_tile_exact(n, k):
 @pytest.mark.parametrize("n,k", [(5120, 6144), (4100, 1152)])
 def test_prefill_gluon_tiles_exact(n, k):
     # the Gluon prefill kernels' candidates (integer-exact) at a ragged and a 5-wave M
-    from radiance.kernels.pq2_table import CANDIDATES
+    from radiance.kernels.nvidia.pq2.candidates import CANDIDATES
 
     if not _wgmma():
         pytest.skip("the Gluon prefill kernels are sm_90's")
@@ -171,16 +171,16 @@ def test_exact_kernels_bit_identical_to_legacy(n, k):
 
 def test_split_k_deterministic_and_plan_matches_launcher():
     from radiance.kernels import pq2_ops
-    from radiance.kernels.pq2_table import Tile
+    from radiance.kernels.nvidia.tile import Tile
 
     dev = _cuda()
     a, tens, _ = _layer(5120, 17408, dev)
     b = pq2_ops.prepare(tens.qweight, tens.scales)  # fresh plans: first call goes through Triton's launcher
-    for m, path, tile in [(1, "dp4a", Tile(bn=16, bc=8, splits=4)), (4, "planes", Tile(bn=64, bt=16, splits=8)),
-                          (300, "planes", Tile(bn=128, bt=128, warps=8)),
-                          (5, "gluon", Tile(bn=128, bt=8, bc=2, splits=8, stages=1)),
-                          (5, "gluon", Tile(bn=64, bt=8, bc=1, splits=4, stages=4))] \
-            + [(300, p, Tile(bn=64, bt=64, stages=4)) for p in _wgmma()]:
+    for m, path, tile in [(1, "dp4a", Tile(bn=16, gpi=8, split=4)), (4, "planes", Tile(bn=64, bm=16, split=8)),
+                          (300, "planes", Tile(bn=128, bm=128, warps=8)),
+                          (5, "gluon", Tile(bn=128, bm=8, gpi=2, split=8, stages=1)),
+                          (5, "gluon", Tile(bn=64, bm=8, gpi=1, split=4, stages=4))] \
+            + [(300, p, Tile(bn=64, bm=64, stages=4)) for p in _wgmma()]:
         x = torch.randn(m, 17408, device=dev, dtype=torch.bfloat16)
         _run(a, torch.randn_like(x), path=path, tile=tile)  # compiles a's plan
         y1 = _run(a, x, path=path, tile=tile)  # direct compiled launch
@@ -190,25 +190,27 @@ def test_split_k_deterministic_and_plan_matches_launcher():
 
 
 def test_skinny_gemm():
-    from radiance.kernels import pq2_ops
+    from radiance.kernels.nvidia.dense import skinny
 
     dev = _cuda()
     for n, k in [(96, 5120), (100, 1152)]:
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
         for m in [1, 2, 3, 7, 16]:
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            y = pq2_ops.skinny_linear(x, w)
+            y = skinny.linear(x, w)
             ref = x.double() @ w.double().t()
             err = ((y.double() - ref).norm() / ref.norm()).item()
             assert err <= 2e-3, f"skinny N={n} K={k} M={m}: rel err {err:.2e}"
-            assert torch.equal(y, pq2_ops.skinny_linear(x, w)), "split-K reduction must be deterministic"
+            assert torch.equal(y, skinny.linear(x, w)), "split-K reduction must be deterministic"
 
 
-def test_dependent_launch_bit_identical_back_to_back(monkeypatch):
+def test_dependent_launch_bit_identical_back_to_back():
     # kernels/pdl.py: on sm_90 dp4a (M = 1) and gluon (M = 2..8) launch while the quantizer runs and
     # wait for it in the kernel. Eight calls on eight inputs in one CUDA graph (each quantizer
     # output lands where the last one was freed: a GEMM that did not wait would read the previous
-    # call's), against the same calls with RADIANCE_PDL=off, bit for bit
+    # call's), against the same calls on the layer without PDL (RADIANCE_PDL=off), bit for bit
+    from dataclasses import replace
+
     from radiance.kernels import pq2_ops
     from radiance.testing.graphs import assert_back_to_back
 
@@ -217,12 +219,11 @@ def test_dependent_launch_bit_identical_back_to_back(monkeypatch):
     dev = _cuda()
     for n, k in [(14336, 5120), (1000, 384)]:
         layer, _, _ = _layer(n, k, dev)
+        off = replace(layer, pdl=False, plans={})
         for m in (1, 3, 8):
-            assert pq2_ops.launches_dependent(pq2_ops.choose(layer, m, dev)[0], m, dev), f"M={m}"
+            assert pq2_ops.launches_dependent(layer, pq2_ops.choose(layer, m, dev)[0], m), f"M={m}"
             xs = [torch.randn(m, k, device=dev, dtype=torch.bfloat16) for _ in range(8)]
-            monkeypatch.setenv("RADIANCE_PDL", "off")
-            want = [pq2_ops.forward(layer, x) for x in xs]
-            monkeypatch.delenv("RADIANCE_PDL")
+            want = [pq2_ops.forward(off, x) for x in xs]
             assert_back_to_back([lambda x=x: pq2_ops.forward(layer, x) for x in xs], want, f"N={n} M={m}")
 
 
@@ -231,7 +232,7 @@ def test_rtx3090_choices_on_this_gpu(n, k):
     """The kernel and tile the plan picks for an sm_86 card with 82 SMs (no wgmma there: gluon,
     planes and legacy; heuristic tiles, e.g. the 8-warp prefill tile), run here for their numerics."""
     from radiance.kernels import pq2_ops, reference
-    from radiance.kernels import pq2_table as table
+    from radiance.kernels.nvidia import pq2 as table
 
     _, tens, _ = _layer(n, k, _cuda())
     for exact in (False, True):

@@ -89,16 +89,16 @@ def _main() -> None:
     spec = warmup.LinearSpec("paroquant", (256,), k, False, "float16")
     prep = warmup.synthetic(spec, torch.device("cpu"), platform="cuda")
     calls = []
-    real = ops.PRODUCED["cuda"]["paroquant"]
-    ops.PRODUCED["cuda"]["paroquant"] = lambda *a: calls.append(a[1].KIND) or real(*a)
+    real = paro_ops.produced_linear
+    paro_ops.produced_linear = lambda *a: calls.append(a[1].KIND) or real(*a)
     warmup.warm_producers(prep, spec, torch.device("cpu"))
     check("warm-up producer calls (norm 2 x 1 row, silu-mul 16)",
           abs(calls.count("norm") - 2) + abs(calls.count("silu_mul") - 16), 0)
     spec = warmup.LinearSpec("pq2", (256,), k, False, "float16")  # pq2 fuses both to its own band
     prep = warmup.synthetic(spec, torch.device("cpu"), platform="cuda")
     calls.clear()
-    real = ops.PRODUCED["cuda"]["pq2"]
-    ops.PRODUCED["cuda"]["pq2"] = lambda *a: calls.append(a[1].KIND) or real(*a)
+    real = pq2_ops.produced_linear
+    pq2_ops.produced_linear = lambda *a: calls.append(a[1].KIND) or real(*a)
     warmup.warm_producers(prep, spec, torch.device("cpu"))
     check("pq2 warm-up producer calls (norm 2 x 16 rows, silu-mul 16)",
           abs(calls.count("norm") - 2 * pq2_ops.PRODUCER_MAX_M) + abs(calls.count("silu_mul") - 16), 0)

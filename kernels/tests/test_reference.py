@@ -1,4 +1,5 @@
-"""The reference numerics: the seed's identity in float64, pq2 integer form, activation quantizers."""
+"""The reference numerics: the rotation identity (the Givens layers as one dense matrix) in float64,
+pq2's integer form, the activation quantizers."""
 
 from __future__ import annotations
 

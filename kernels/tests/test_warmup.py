@@ -41,8 +41,9 @@ def test_spec_of_a_prepared_layer():
                        torch.ones(1, k, dtype=torch.float16))
     other = ops.Rotation(rot.pairs, torch.full((8, k // 2), 0.5, dtype=torch.float16), rot.channel_scales)
     n = [128, 128, 256]
-    prep = ops.prepare_paroquant(torch.zeros(k, 64, dtype=torch.int32), torch.zeros(2, 64, dtype=torch.int32),
-                                 torch.ones(2, 512, dtype=torch.float16), [rot, rot, other], n)
+    prep = ops.prepare("paroquant", {"qweight": torch.zeros(k, 64, dtype=torch.int32),
+                                     "qzeros": torch.zeros(2, 64, dtype=torch.int32),
+                                     "scales": torch.ones(2, 512, dtype=torch.float16)}, [rot, rot, other], n)
     assert warmup.spec_of(prep, None, torch.bfloat16) == LinearSpec("paroquant", (256, 256), k, False, "bfloat16")
     assert warmup.spec_of(prep, torch.zeros(512), torch.float16).bias
 

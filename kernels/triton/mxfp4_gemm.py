@@ -311,7 +311,7 @@ def gemm(kind: str, a, s, wb, ex, rsc, y, *, bm: int, bn: int, split: int, pb1: 
         raise RuntimeError("mxfp4 GEMM needs its fp32 partial and int32 ticket scratch")
     if split > 1 and (part.numel() < split * m * n or cnt.numel() < triton.cdiv(m, bm) * triton.cdiv(n, bn)):
         raise RuntimeError(f"mxfp4 split-K scratch too small for split={split} M={m} N={n}; "
-                           "reserve it at prepare (radiance.kernels.mxfp4_ops.reserve_scratch), before graph capture")
+                           "reserve it at prepare (radiance.kernels.nvidia.pool.reserve), before graph capture")
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), split)
     _mxfp4_kernel[grid](a, part if s is None else s, wb, ex, rsc, y, part if bias is None else bias, part, cnt,
                         m, n, k, c, pb1, pb2, cps, split, BM=bm, BN=bn, TRANS=kind == "deqt", PER_BLOCK=per_block,

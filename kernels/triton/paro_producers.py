@@ -26,6 +26,7 @@ PRODUCER_MAX_M = 16  # rows the kernels take (and are gated on)
 # (bench/bench_producers.py --sites). The norm producer reads its rows once per (group, copy), which
 # costs more than the launch it saves from 4 rows on; the silu-mul one reads nothing twice.
 FUSED_MAX_M = {"norm": 1, "silu_mul": 16}
+INTERPRET = interpreting()  # read once, when the kernels are decorated (as Triton reads it)
 ROW_CHUNK = 4096  # elements of the rows a norm program sums per step (BM rows x ROW_CHUNK / BM columns)
 
 
@@ -128,7 +129,7 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
     k = k2 // 2
     y = torch.empty(m, k, dtype=gu.dtype, device=gu.device)
     if m:
-        _silu_mul_kernel[(m, triton.cdiv(k, 1024))](gu, y, k, gu.stride(0), BLOCK=1024, INTERPRET=interpreting(),
+        _silu_mul_kernel[(m, triton.cdiv(k, 1024))](gu, y, k, gu.stride(0), BLOCK=1024, INTERPRET=INTERPRET,
                                                      num_warps=4)
     return y
 
@@ -171,6 +172,6 @@ def silu_mul_rotate(gu: torch.Tensor, tables: RotTables, mode: int, trigger: boo
     bm, warps = prologue_tile(m)
     _silu_mul_rotate_kernel[(k // GROUP, triton.cdiv(m, bm), tables.parts)](
         gu, tables.partner, tables.cos, tables.ssin, tables.cs, a, s, rs, m, k, k // GROUP, gu.stride(0),
-        KROT=tables.krot, BM=bm, OUT_MODE=mode, TRIGGER=trigger, INTERPRET=interpreting(),
+        KROT=tables.krot, BM=bm, OUT_MODE=mode, TRIGGER=trigger, INTERPRET=INTERPRET,
         num_warps=warps)
     return returned(mode, a, s, rs)

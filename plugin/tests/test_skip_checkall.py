@@ -146,7 +146,7 @@ def test_checkall_runs_the_fused_producers_beside_the_unfused_path(tiny, tmp_pat
     """With the producer knobs, a gated linear fed straight by vLLM's RMSNorm or SiluAndMul also runs
     the fused site (ops.produced_forward) on that op's own inputs and logs it against the call it
     served (plugin/checkall_producers.py; bench/serve_compare.py judges the lines at 2e-3). On the CPU
-    the fused path is the unfused reference (ops.PRODUCED['cpu']): it must agree to rounding with
+    the fused path is the unfused reference (ops.unfused): it must agree to rounding with
     vLLM's own norm, keep the residual exact, and a fused path 1 % off must show."""
     from radiance.kernels import ops
     from radiance.plugin import checkall, checkall_producers
@@ -163,7 +163,7 @@ def test_checkall_runs_the_fused_producers_beside_the_unfused_path(tiny, tmp_pat
     for mod in linears:
         lay, prep = mod._radiance_layout, mod._radiance_prep
         mod._radiance_check = checkall.checker(mod, lay, "paroquant", checkall.paroquant_exact, prep.out_features,
-                                               prep.in_features)
+                                               prep.in_features, (True, True))
     try:
         def block(scale: float = 1.0):
             gen = torch.Generator().manual_seed(1)
@@ -188,8 +188,8 @@ def test_checkall_runs_the_fused_producers_beside_the_unfused_path(tiny, tmp_pat
         rels = {k: float(re.search(r"fused_rel=(\S+)", v)[1]) for k, v in seen.items()}
         assert all(r <= 2e-3 for r in rels.values()), rels  # vLLM's norm and the reference: rounding only
 
-        unfused = ops.PRODUCED["cpu"]["paroquant"]
-        monkeypatch.setitem(ops.PRODUCED["cpu"], "paroquant", lambda prep, p, bias: 1.01 * unfused(prep, p, bias))
+        unfused = ops.unfused  # the CPU's "produced" entry (kernels/methods)
+        monkeypatch.setattr(ops, "unfused", lambda prep, p, bias: 1.01 * unfused(prep, p, bias))
         block(2.0)
         rels = {k: float(re.search(r"fused_rel=(\S+)", v)[1]) for k, v in lines().items()}
         assert len(rels) == 3 and all(0.009 < r < 0.011 for r in rels.values()), rels

@@ -41,25 +41,18 @@ def build(method: str, dtype: torch.dtype, seed: int = 0):
     """(prepared CPU linear, reference function x -> y in fp32 without bias)."""
     from radiance.kernels import ops
     from radiance.kernels import reference as R
-    from radiance.kernels.linear import Rotation
     from radiance.quantize import rtn
 
     gen = torch.Generator().manual_seed(seed)
     if method == "pq2":
         t = rtn.pq2_linear_tensors(torch.randn(sum(N_PARTS), K, generator=gen))
-        return ops.prepare_pq2(t.qweight, t.scales), lambda x: R.pq2_linear(x, t)
+        return ops.prepare_parts("pq2", [t]), lambda x: R.pq2_linear(x, t)
     if method == "dense":
         w = (torch.randn(sum(N_PARTS), K, generator=gen) / K**0.5).to(dtype)  # vLLM's weight, in its dtype
-        return ops.prepare_dense(w), lambda x: x @ w.float().t()
+        return ops.prepare_parts("dense", [w]), lambda x: x @ w.float().t()
     parts = _rotated_parts(method, seed)
-    rots = [Rotation.of(p) for p in parts]
-    if method == "paroquant":
-        prep = ops.prepare_paroquant(torch.cat([p.qweight for p in parts], 1), torch.cat([p.qzeros for p in parts], 1),
-                                     torch.cat([p.scales for p in parts], 1), rots, list(N_PARTS))
-        return prep, lambda x: torch.cat([R.paroquant_linear(x, p) for p in parts], 1)
-    prep = ops.prepare_paroquant_mxfp4(torch.cat([p.weight for p in parts]), torch.cat([p.weight_scale for p in parts]),
-                                       rots, list(N_PARTS))
-    return prep, lambda x: torch.cat([R.paroquant_mxfp4_linear(x, p) for p in parts], 1)
+    exact = R.paroquant_linear if method == "paroquant" else R.paroquant_mxfp4_linear
+    return ops.prepare_parts(method, parts), lambda x: torch.cat([exact(x, p) for p in parts], 1)
 
 
 def run_case(method: str, dtype: torch.dtype, rows=(1, 5, 130)) -> dict:

@@ -10,7 +10,7 @@ session (a stamp file rebuilds a variant when the quantizer changes):
   channel scales 1 (the plain AWQ-style path);
 - `qwen_pq2_dir`: pq2/ — ternary, absmean scale per 128 weights;
 - `qwen_mxfp4_dir`: mxfp4-rotations-of-paroquant-learned-k8-s0-n4-l32-e1/ — MXFP4-PARO: OCP MXFP4
-  under the learned checkpoint's rotations (`--rotations-from`, the way the seed builds it);
+  under the learned checkpoint's rotations (`--rotations-from`: the MXFP4 grid learns none of its own);
 - `qwen_paro_learned_dir`: paroquant-learned-k8-s0-n4-l32-e1/ — `--rotation learned` on 4 windows
   of 32 tokens, one epoch per stage: real learned angles, scales and fine-tuned weights in ~1 min
   of CPU (a checkpoint for the format and the serving path, not for its quality).

@@ -94,7 +94,8 @@ def compile_only(arch: str):
     from triton.runtime import driver
     from triton.runtime.jit import JITFunction
 
-    from radiance.kernels import gpu, pq2_ops
+    from radiance.kernels import gpu
+    from radiance.kernels.nvidia.dense import skinny
     from radiance.kernels.triton import paro_scratch
 
     card = CARDS[arch]
@@ -116,8 +117,8 @@ def compile_only(arch: str):
 
     saved = (JITFunction.__getitem__, CompiledKernel.__getitem__, paro_scratch._mm, driver._active)
     # plans made before this block hold kernels it would never see compiled: start without them
-    plans = dict(pq2_ops._SKINNY_PLANS)
-    pq2_ops._SKINNY_PLANS.clear()
+    plans = dict(skinny._PLANS)
+    skinny._PLANS.clear()
     JITFunction.__getitem__ = compile_launch
     CompiledKernel.__getitem__ = lambda self, grid: (lambda *args, **kwargs: None)  # a plan's later calls
     paro_scratch._mm = lambda a, w, bias, out: None  # cuBLAS: nothing to compile
@@ -127,5 +128,5 @@ def compile_only(arch: str):
             yield built
     finally:
         JITFunction.__getitem__, CompiledKernel.__getitem__, paro_scratch._mm, driver._active = saved
-        pq2_ops._SKINNY_PLANS.clear()
-        pq2_ops._SKINNY_PLANS.update(plans)
+        skinny._PLANS.clear()
+        skinny._PLANS.update(plans)

@@ -51,15 +51,7 @@ def random_weights(method: str, dims: Dims, layers: int, seed: int, device: str 
 
 
 def _prepare(method: str, parts: list, device: torch.device) -> ops.PreparedLinear:
-    if method == "pq2":
-        return ops.prepare_pq2(torch.cat([p.qweight for p in parts]).to(device),
-                               torch.cat([p.scales for p in parts]).to(device))
-    return ops.prepare_paroquant(
-        torch.cat([p.qweight for p in parts], 1).to(device), torch.cat([p.qzeros for p in parts], 1).to(device),
-        torch.cat([p.scales for p in parts], 1).to(device),
-        [ops.Rotation(p.pairs.to(device), p.theta.to(device), p.channel_scales.to(device)) for p in parts],
-        [p.out_features for p in parts],
-    )
+    return ops.prepare_parts(method, [type(p)(**{f: getattr(p, f).to(device) for f in p.TENSORS}) for p in parts])
 
 
 def shard_layer(method: str, w: dict, rank: int, world: int, device: torch.device, i: int) -> dict:

@@ -77,14 +77,15 @@ def test_prepare_refuses_what_the_gemm_cannot_take():
 def test_dispatch_row_prepares_merged_runs_like_prepare():
     """kernels/ops.py's ("paroquant", "rocm") prepare: the plugin's merged tensors and runs."""
     from radiance.kernels import ops as kops
+    from radiance.kernels.hip import paroquant as hip_paroquant
     from radiance.kernels.formats.paroquant import ParoTensors
 
     q, k_, v = _layer(128, 256, 20), _layer(64, 256, 21), _layer(64, 256, 22)
     v.pairs, v.theta, v.channel_scales = k_.pairs, k_.theta, k_.channel_scales
     parts = [q, k_, v]
     cat = [torch.cat([getattr(t, f) for t in parts], dim=1) for f in ("qweight", "qzeros", "scales")]
-    lin = kops.prepare_paroquant(*cat, [kops.Rotation.of(t) for t in parts], [128, 64, 64])
-    kops._paroquant_rocm_prepare(lin, ParoTensors(*cat, q.pairs, q.theta, q.channel_scales))
+    lin = kops.prepare_parts("paroquant", parts)
+    hip_paroquant.prepare(lin, ParoTensors(*cat, q.pairs, q.theta, q.channel_scales))
     prep = lin.data["hip"]
     assert prep.rotations == 2 and prep.pb1 == 128
     x = torch.randn(4, 256, generator=torch.Generator().manual_seed(23))

@@ -1,4 +1,6 @@
-"""podman CLI adapter for vllm-switch and setup (the CLI, not the API: podman-py's exec leaves conmon processes waiting over many short calls).
+"""podman CLI adapter for vllm-switch, setup and the image builds (the CLI, not the API: podman-py's
+exec leaves conmon processes waiting over many short calls). In the root package: deploy/ and
+images/ both run podman, and images/ depends on no other package.
 
 Every call has a deadline (hostcmd.run): a hung podman fails the caller with the command named.
 """
@@ -8,7 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 
-from radiance.deploy import hostcmd
+from radiance import hostcmd
 
 # Quadlet is radiance's installed path from this podman on: every [Container] key the rendered
 # `.container` files use (HealthOnFailure, RunInit, Secret, DropCapability, NoNewPrivileges) and

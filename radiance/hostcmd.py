@@ -1,4 +1,5 @@
-"""Run a host tool (podman, systemctl, journalctl) with a deadline: the one place that runs them.
+"""Run a host tool (podman, systemctl, journalctl) with a deadline: the one place that runs them
+(deploy/, images/ and healthchecks/ all do, so it is the root package's).
 
 A hung podman (a stuck storage lock, a dead conmon) or a systemd that stops answering on D-Bus
 would otherwise hold `vllm-switch`'s lock for ever. Every call gets a timeout; on expiry the tool's
