@@ -44,8 +44,12 @@ def render(
     if podman_units not in PODMAN_UNITS:
         typer.echo(f"--podman-units {podman_units!r}: allowed values are {', '.join(PODMAN_UNITS)}", err=True)
         raise typer.Exit(2)
-    results = render_all(sf, out, mode=mode, launcher_bin=launcher, podman_bin=podman, podman_units=podman_units,
-                         quadlet_dir=quadlet_dir)
+    try:
+        results = render_all(sf, out, mode=mode, launcher_bin=launcher, podman_bin=podman, podman_units=podman_units,
+                             quadlet_dir=quadlet_dir)
+    except ValueError as e:  # a unit that could not run as rendered; nothing was written
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2) from None
     for r in results:
         typer.echo(f"{'removed' if r.removed else 'wrote' if r.changed else 'unchanged'}  {r.path}")
     if not any(r.changed for r in results):

@@ -353,7 +353,10 @@ def service_user(sf: StackFile, names: list[str], check: bool) -> list[Step]:
 def units(sf: StackFile, unit_dir: Path, check: bool, quadlet_dir: Path | None = None) -> list[Step]:
     from radiance.deploy.render import QUADLET_DIR, render_all
 
-    results = render_all(sf, unit_dir, check=check, podman_units="auto", quadlet_dir=quadlet_dir or QUADLET_DIR)
+    try:
+        results = render_all(sf, unit_dir, check=check, podman_units="auto", quadlet_dir=quadlet_dir or QUADLET_DIR)
+    except ValueError as e:  # nothing was written
+        return [Step("units", "missing", str(e))]
     changed = [r for r in results if r.changed]
     if not changed:
         return [Step("units", "ok", f"{len(results)} files in {unit_dir} are current")]

@@ -103,6 +103,9 @@ def conflicts(sf: StackFile) -> dict[str, dict[str, list[str]]]:
     return out
 
 
+PRIVATE_TMP = (Path("/tmp"), Path("/var/tmp"))
+
+
 def default_launcher_bin() -> str:
     """Absolute path of radiance-launch (systemd does not search a venv's bin)."""
     beside = Path(sys.executable).parent / "radiance-launch"
@@ -110,6 +113,16 @@ def default_launcher_bin() -> str:
         return str(beside)
     found = shutil.which("radiance-launch")
     return found or "/usr/local/bin/radiance-launch"
+
+
+def _outside_private_tmp(stack_name: str, launcher: str) -> None:
+    """A native unit runs with a private /tmp (deploy/sandbox.py): a launcher installed below /tmp or
+    /var/tmp would be missing inside it (systemd: status=203/EXEC, restarts until the start limit)."""
+    p = Path(launcher)
+    if any(p == t or t in p.parents for t in PRIVATE_TMP):
+        raise ValueError(f"stack {stack_name!r}: radiance-launch is at {launcher}, under a directory its native unit "
+                         f"cannot see (PrivateTmp=yes hides {', '.join(map(str, PRIVATE_TMP))}); install radiance "
+                         "elsewhere or pass --launcher with its path")
 
 
 def watchdog_unit(stack_name: str) -> str:
@@ -252,6 +265,7 @@ def unit_spec(sf: StackFile, name: str, *, mode: str = "prod", launcher_bin: str
         api_key_file=str(sp.api_key_file) if sp.api_key_file else None,
     )
     if stack.runtime == "native":
+        _outside_private_tmp(name, launcher)
         cmd = [launcher, name, "--mode", mode, "--stacks", stacks_path]
         return UnitSpec(command=cmd, env=env, mounts=[], device_args=[], quadlet_devices=[],
                         sandbox=native_sandbox(stack, sp, layout.system), **common)

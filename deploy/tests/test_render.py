@@ -159,3 +159,14 @@ def test_every_rendered_unit_passes_systemd_analyze_verify(tmp_path, monkeypatch
         r = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, cwd=out)
         # Unknown keys only warn (exit 0): any stderr line about our unit is a defect.
         assert r.returncode == 0 and unit.name not in r.stderr, f"{unit.name}:\n{r.stderr}"
+
+
+def test_a_native_unit_refuses_a_launcher_its_private_tmp_hides(home):
+    sf = load_stacks(EXAMPLE)
+    native = next(n for n, s in sf.stacks.items() if s.runtime == "native")
+    with pytest.raises(ValueError, match=r"radiance-launch is at /tmp/x/\.venv/bin/radiance-launch.*PrivateTmp=yes"):
+        unitspec.unit_spec(sf, native, launcher_bin="/tmp/x/.venv/bin/radiance-launch")
+    assert unitspec.unit_spec(sf, native, launcher_bin="/opt/tmp/radiance-launch").command[0] == "/opt/tmp/radiance-launch"
+    r = CliRunner().invoke(app, ["render", "--stacks", str(EXAMPLE), "--out", str(home / "units"),
+                                 "--launcher", "/var/tmp/v/bin/radiance-launch"])
+    assert r.exit_code == 2 and "PrivateTmp=yes" in r.output and not (home / "units").exists()
