@@ -63,7 +63,8 @@ def _where(r: dict) -> str:
         isa = cpu["onednn_max_cpu_isa"].upper()
         return (f"an {isa}-only CPU, emulated on {cpu['model']} ({cpu['cores']} cores; oneDNN capped at {isa}, ATen at "
                 f"{cpu.get('aten_cpu_capability')}, vLLM's {isa} kernels; the machine's flags: {flags})")
-    return f"CPU {cpu['model']} ({cpu['cores']} cores; flags: {flags})"
+    isa = "AVX-512" if "avx512f" in cpu["flags"] else "AVX2" if "avx2" in cpu["flags"] else "no AVX2"
+    return f"an {isa} CPU, {cpu['model']} ({cpu['cores']} cores; flags: {flags})"
 
 
 def serving(path: Path) -> list[str]:
