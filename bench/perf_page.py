@@ -186,7 +186,7 @@ def kernels(path: Path) -> list[str]:
         marlin, machete = any_.get("marlin_us"), any_.get("machete_us")
         ratio = " | ".join(f"{x / a['us']:.2f}" if a and x else "—" for x in (machete, marlin))
         out.append(f"| {shape} | {n} | {k} | {m} | {f(a and a['us'])} | {f(b and b['us'])} | {f(any_['roofline_us'])} | "
-                   f"{f(any_['cublas_bf16_us'])} | {f(any_.get('machete_us'))} | {f(marlin)} | "
+                   f"{f(any_['cublas_bf16_us'])} | {f(machete)} | {f(marlin)} | "
                    f"{f(any_.get('tinygemm_us'))} | {ratio} |")
     return out + [""]
 

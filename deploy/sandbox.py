@@ -30,6 +30,7 @@ DEVICE_ALLOW = {"nvidia": ["char-nvidia* rw"], "rocm": ["char-kfd rw", "char-drm
 HOME_DIRS = (".cache", ".config")
 # /dev/kfd and /dev/dri/renderD* belong to these groups on Debian/Ubuntu/Fedora.
 GROUPS = {"rocm": ["video", "render"]}
+PRIVATE_TMP = (Path("/tmp"), Path("/var/tmp"))  # PrivateTmp=yes gives the unit its own of both
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,16 @@ class Sandbox:
     def read_write(self) -> list[str]:
         """Writable paths outside /var/lib and /var/cache (the user layout's): `radiance render` creates them."""
         return [p for p in self.writable if not (Path(p).is_relative_to(STATE_BASE) or Path(p).is_relative_to(CACHE_BASE))]
+
+
+def launcher_visible(stack_name: str, launcher: str) -> None:
+    """Raise ValueError where the unit's private /tmp hides `launcher` (installed below /tmp or
+    /var/tmp): systemd would fail to exec it (status=203/EXEC) and restart it until the start limit."""
+    p = Path(launcher)
+    if any(p == t or t in p.parents for t in PRIVATE_TMP):
+        raise ValueError(f"stack {stack_name!r}: radiance-launch is at {launcher}, under a directory its native unit "
+                         f"cannot see (PrivateTmp=yes hides {', '.join(map(str, PRIVATE_TMP))}); install radiance "
+                         "elsewhere or pass --launcher with its path")
 
 
 def service_user(system: bool) -> str:

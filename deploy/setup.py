@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from radiance import atomic, paths
+from radiance import atomic, hostcmd, paths
 from radiance.checkpoint import CheckpointError
 from radiance.checkpoint import verify as inspect
 from radiance.checksums import MANIFEST, Progress, read_manifest, sha256_file, write_manifest
@@ -327,7 +327,6 @@ def service_user(sf: StackFile, names: list[str], check: bool) -> list[Step]:
     login, its home the state directory, created here when missing."""
     import pwd
 
-    from radiance import hostcmd
     from radiance.deploy.layout import SYSTEM_HOME, current
     from radiance.deploy.sandbox import SYSTEM_USER
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from radiance import apikey, paths
 from radiance.deploy.layout import current as current_layout
-from radiance.deploy.sandbox import Sandbox, native_sandbox
+from radiance.deploy.sandbox import Sandbox, launcher_visible, native_sandbox
 from radiance.probe import health_argv, ready_argv
 from radiance.locations import stack_paths
 from radiance.launcher.device import gpu_env
@@ -103,9 +103,6 @@ def conflicts(sf: StackFile) -> dict[str, dict[str, list[str]]]:
     return out
 
 
-PRIVATE_TMP = (Path("/tmp"), Path("/var/tmp"))
-
-
 def default_launcher_bin() -> str:
     """Absolute path of radiance-launch (systemd does not search a venv's bin)."""
     beside = Path(sys.executable).parent / "radiance-launch"
@@ -113,16 +110,6 @@ def default_launcher_bin() -> str:
         return str(beside)
     found = shutil.which("radiance-launch")
     return found or "/usr/local/bin/radiance-launch"
-
-
-def _outside_private_tmp(stack_name: str, launcher: str) -> None:
-    """A native unit runs with a private /tmp (deploy/sandbox.py): a launcher installed below /tmp or
-    /var/tmp would be missing inside it (systemd: status=203/EXEC, restarts until the start limit)."""
-    p = Path(launcher)
-    if any(p == t or t in p.parents for t in PRIVATE_TMP):
-        raise ValueError(f"stack {stack_name!r}: radiance-launch is at {launcher}, under a directory its native unit "
-                         f"cannot see (PrivateTmp=yes hides {', '.join(map(str, PRIVATE_TMP))}); install radiance "
-                         "elsewhere or pass --launcher with its path")
 
 
 def watchdog_unit(stack_name: str) -> str:
@@ -265,7 +252,7 @@ def unit_spec(sf: StackFile, name: str, *, mode: str = "prod", launcher_bin: str
         api_key_file=str(sp.api_key_file) if sp.api_key_file else None,
     )
     if stack.runtime == "native":
-        _outside_private_tmp(name, launcher)
+        launcher_visible(name, launcher)
         cmd = [launcher, name, "--mode", mode, "--stacks", stacks_path]
         return UnitSpec(command=cmd, env=env, mounts=[], device_args=[], quadlet_devices=[],
                         sandbox=native_sandbox(stack, sp, layout.system), **common)

@@ -43,7 +43,7 @@ def run(argv: list[str], env: Mapping[str, str] | None = None, cwd: str | None =
     scanner = CrashScanner()
     stopped: list[signal.Signals] = []  # stop signals that came while the server had not crashed
 
-    def on_signal(sig: int, _frame: object, forward: bool = True) -> None:
+    def on_signal(sig: int, forward: bool) -> None:
         if sig in STOPS and scanner.crash is None:
             stopped.append(signal.Signals(sig))
         if forward:
@@ -52,7 +52,7 @@ def run(argv: list[str], env: Mapping[str, str] | None = None, cwd: str | None =
     for sig in FORWARDED:
         # Ctrl-C / Ctrl-\ reach vLLM from the terminal already: once is a stop, twice a kill
         tty = sig in (signal.SIGINT, signal.SIGQUIT) and tty_sends
-        signal.signal(sig, lambda s, f, fwd=not tty: on_signal(s, f, fwd))
+        signal.signal(sig, lambda s, _frame, fwd=not tty: on_signal(s, fwd))
     out = sys.stdout.buffer
     assert proc.stdout is not None
     for raw in iter(proc.stdout.readline, b""):
